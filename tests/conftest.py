@@ -1,0 +1,41 @@
+"""Shared fixtures: a small real SentencePiece model and a small parallel corpus on disk."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.data import clean, load_bible, split_of
+from training.tokenizer import Tokenizer, train_tokenizer
+
+# Tiny models gain nothing from intra-op threads, and OpenMP threads spinning against a
+# concurrent process (a training run, a torchrun test) slow everything down by orders of magnitude.
+torch.set_num_threads(1)
+
+
+def bible_sentences(code: str, n: int, split: str = "train") -> list[str]:
+    verses = [clean(t) for k, t in sorted(load_bible(code).items()) if split_of(k) == split]
+    return [v for v in verses if v][:n]
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tmp_path_factory) -> Tokenizer:
+    out = tmp_path_factory.mktemp("tok") / "spm"
+    sentences = bible_sentences("4", 3000) + bible_sentences("e", 3000)
+    return train_tokenizer(sentences, out, vocab_size=800, languages=["en", "de"])
+
+
+@pytest.fixture(scope="session")
+def toy_corpus(tmp_path_factory) -> dict[str, Path]:
+    """A tiny English->German corpus of short verses, as user files (train/dev TSV)."""
+    d = tmp_path_factory.mktemp("corpus")
+    en, de = bible_sentences("4", 3000), bible_sentences("e", 3000)
+    pairs = [(a, b) for a, b in zip(en, de) if len(a) < 80 and len(b) < 80]
+    random.Random(0).shuffle(pairs)
+    assert len(pairs) >= 310
+    (d / "dev.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs[:10]))
+    (d / "train.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs[10:310]))
+    return {"train": d / "train.tsv", "dev": d / "dev.tsv"}

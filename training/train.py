@@ -1,0 +1,411 @@
+"""``nmt-train``: train a Transformer on parallel text, on CPU or CUDA, one or many processes.
+
+    nmt-train --preset small --out runs/small-ende --directions en-de,de-en --max-minutes 60
+    torchrun --nproc_per_node 2 -m training.train --preset base --out runs/base ...
+
+Running the same command again on the same ``--out`` resumes from its last checkpoint
+and continues the same run (same data order, optimizer and RNG states).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from training import checkpoint as ckpt_io
+from training.config import MODEL_PRESETS, PAD_ID, RunConfig, replace
+from training.data import BatchStream, encode_pairs, languages, load_pairs, parse_direction, tokenizer_sentences
+from training.decode import translate
+from training.model import Transformer, count_parameters
+from training.tokenizer import Tokenizer, train_tokenizer
+
+
+def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (paper, 5.3)."""
+    step = max(step, 1)
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Sum of label-smoothed cross-entropy over real (non-pad) target tokens."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), target.reshape(-1),
+                           ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum")
+
+
+# ---------------------------------------------------------------- distributed
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_kind: str) -> Dist:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Dist()
+    dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+    return Dist(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def barrier(d: Dist) -> None:
+    if d.world > 1:
+        dist.barrier()
+
+
+def any_rank(flag: bool, d: Dist) -> bool:
+    if d.world == 1:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def pick_device(kind: str, d: Dist) -> torch.device:
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("--device cuda was asked for but no CUDA device is available")
+        torch.cuda.set_device(d.local_rank)
+        return torch.device("cuda", d.local_rank)
+    if kind != "cpu":
+        raise ValueError(f"device {kind!r} must be auto, cpu or cuda")
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------- RNG state
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ---------------------------------------------------------------- evaluation
+def dev_bleu(model: Transformer, tokenizer: Tokenizer, dev: dict[str, tuple[list[str], list[str]]],
+             device: torch.device) -> dict[str, float]:
+    import sacrebleu
+
+    scores = {}
+    for direction, (sources, refs) in dev.items():
+        hyps = translate(model, tokenizer, sources, parse_direction(direction)[1], device=device)
+        scores[direction] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    model.train()
+    return scores
+
+
+def plot_curves(history: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [h for h in history if "loss" in h]
+    evals = [h for h in history if "dev_bleu" in h]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot([h["step"] for h in train], [h["loss"] for h in train], lw=1)
+    ax1.set(xlabel="step", ylabel="training loss (label-smoothed)", title="Loss")
+    ax1.grid(alpha=0.3)
+    for direction in sorted({k for h in evals for k in h["dev_bleu"]}):
+        pts = [(h["step"], h["dev_bleu"][direction]) for h in evals if direction in h["dev_bleu"]]
+        ax2.plot(*zip(*pts), marker="o", label=direction)
+    ax2.set(xlabel="step", ylabel="BLEU (greedy)", title="Dev BLEU")
+    ax2.grid(alpha=0.3)
+    if evals:
+        ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- the loop
+@dataclass
+class State:
+    step: int = 0
+    elapsed: float = 0.0  # seconds of training, summed over resumed runs
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Logger:
+    """A tqdm bar on a terminal; plain lines otherwise (background runs write logs)."""
+
+    def __init__(self, total: int, initial: int, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.enabled = enabled
+        self.bar = tqdm(total=total, initial=initial, disable=not enabled or not sys.stderr.isatty(),
+                        dynamic_ncols=True, unit="step")
+
+    def update(self, postfix: dict[str, str]) -> None:
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(1)
+
+    def line(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar.disable:
+            print(text, flush=True)
+        else:
+            self.bar.write(text)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def prepare(cfg: RunConfig, out: Path, d: Dist) -> Tokenizer:
+    """Train the tokenizer once (rank 0) on the training split; everyone loads it."""
+    tok_path = out / "tokenizer.model"
+    if d.main and not tok_path.exists():
+        langs = languages(cfg.data)
+        print(f"training a {cfg.data.vocab_size}-piece SentencePiece model on {'+'.join(langs)} ...", flush=True)
+        train_tokenizer(tokenizer_sentences(cfg.data), out / "tokenizer", cfg.data.vocab_size, langs,
+                        sample=cfg.data.tokenizer_sample, seed=cfg.train.seed)
+    barrier(d)
+    return Tokenizer(tok_path)
+
+
+def train(cfg: RunConfig, out: str | Path, restart: bool = False) -> State:
+    """Train (or resume) the run in ``out``; returns its final state."""
+    out = Path(out)
+    tc = cfg.train
+    d = init_distributed("cuda" if tc.device == "cuda" or (tc.device == "auto" and torch.cuda.is_available())
+                         else "cpu")
+    device = pick_device(tc.device, d)
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    existing = ckpt_io.list_checkpoints(out)
+    if existing and restart:
+        raise FileExistsError(f"{out} already holds checkpoints; choose another --out or remove it")
+    if d.main:
+        out.mkdir(parents=True, exist_ok=True)
+    barrier(d)
+
+    tokenizer = prepare(cfg, out, d)
+    # The model's vocabulary is the tokenizer's real size (a small corpus may give fewer pieces).
+    cfg = replace(cfg, model=replace(cfg.model, vocab_size=tokenizer.vocab_size))
+    resume = ckpt_io.load(existing[-1]) if existing else None
+    if resume is not None:
+        saved = RunConfig.from_dict(resume["config"])
+        if saved.model != cfg.model or saved.data != cfg.data:
+            raise ValueError(f"{out} was trained with another model or data config; resume with the same one "
+                             f"(see {out / 'config.json'}) or use a new --out")
+    if d.main:
+        cfg.save(out / "config.json")
+
+    torch.manual_seed(tc.seed)
+    random.seed(tc.seed)
+    model = Transformer(cfg.model).to(device)
+    examples = encode_pairs(load_pairs(cfg.data, "train"), tokenizer, cfg.data.max_tokens_per_sentence)
+    stream = BatchStream(examples, tc.batch_tokens, tc.seed, d.rank, d.world)
+    dev_pairs = load_pairs(cfg.data, "dev")
+    dev: dict[str, tuple[list[str], list[str]]] = {}
+    for p in dev_pairs:
+        s, r = dev.setdefault(p.direction, ([], []))
+        if not tc.eval_sentences or len(s) < tc.eval_sentences:
+            s.append(p.src)
+            r.append(p.tgt)
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps,
+                                 weight_decay=tc.weight_decay)
+    state = State()
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        stream.load_state_dict(resume["stream"])
+        state = State(resume["step"], resume["elapsed"], resume["history"])
+        set_rng_state(resume["rng"][d.rank] if d.rank < len(resume["rng"]) else resume["rng"][0])
+    ddp_model = DistributedDataParallel(model) if d.world > 1 else model
+
+    tok_bytes = tokenizer.path.read_bytes()
+    logger = Logger(tc.max_steps, state.step, d.main)
+    if d.main:
+        logger.line(f"{'resuming at step ' + str(state.step) if resume else 'starting'}: "
+                    f"{count_parameters(model) / 1e6:.2f}M parameters, {len(examples)} training pairs, "
+                    f"vocab {tokenizer.vocab_size}, device {device}, world {d.world}")
+
+    def save_checkpoint() -> None:
+        rngs = [None] * d.world
+        if d.world > 1:
+            dist.all_gather_object(rngs, rng_state())
+        else:
+            rngs = [rng_state()]
+        if d.main:
+            ckpt_io.save_atomic({
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "stream": stream.state_dict(),
+                "rng": rngs, "step": state.step, "elapsed": state.elapsed, "history": state.history,
+                "config": cfg.to_dict(), "tokenizer_model": tok_bytes,
+            }, ckpt_io.checkpoint_dir(out) / f"step_{state.step:08d}.pt")
+            for old in ckpt_io.list_checkpoints(out)[:-max(tc.keep_checkpoints, tc.average_last, 1)]:
+                old.unlink()
+            (out / "history.json").write_text(json.dumps(state.history))
+            plot_curves(state.history, out / "curves.png")
+
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and tc.bf16
+                else nullcontext())
+    model.train()
+    started = time.monotonic() - state.elapsed
+    window_loss = window_tokens = window_src = 0.0
+    window_start = time.monotonic()
+    batches = iter(stream)
+    while state.step < tc.max_steps:
+        out_of_time = tc.max_minutes > 0 and time.monotonic() - started >= tc.max_minutes * 60
+        if any_rank(out_of_time, d):
+            logger.line(f"time bound of {tc.max_minutes} minutes reached at step {state.step}")
+            break
+        batch = next(batches).to(device)
+        state.step += 1
+        lr = noam_lr(state.step, cfg.model.d_model, tc.warmup_steps, tc.lr_scale)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with autocast:
+            logits = ddp_model(batch.src, batch.tgt_in)
+        loss = label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing) / batch.n_tokens
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if tc.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_norm)
+        optimizer.step()
+        state.elapsed = time.monotonic() - started
+
+        window_loss += float(loss.detach()) * batch.n_tokens
+        window_tokens += batch.n_tokens
+        window_src += int(batch.src.ne(PAD_ID).sum())
+        tok_s = (window_tokens + window_src) * d.world / max(time.monotonic() - window_start, 1e-9)
+        logger.update({"loss": f"{window_loss / window_tokens:.3f}", "tok/s": f"{tok_s:,.0f}", "lr": f"{lr:.2e}"})
+        if state.step % tc.log_every == 0 or state.step == tc.max_steps:
+            mean = window_loss / window_tokens
+            state.history.append({"step": state.step, "loss": round(mean, 4), "lr": lr, "tok_s": round(tok_s),
+                                  "minutes": round(state.elapsed / 60, 2)})
+            logger.line(f"step {state.step:>7} | loss {mean:.3f} | {tok_s:,.0f} tok/s | lr {lr:.2e} | "
+                        f"{state.elapsed / 60:.1f} min")
+            window_loss = window_tokens = window_src = 0.0
+            window_start = time.monotonic()
+        if tc.eval_every and state.step % tc.eval_every == 0 and dev:
+            if d.main:
+                scores = dev_bleu(model, tokenizer, dev, device)
+                state.history.append({"step": state.step, "dev_bleu": scores})
+                logger.line(f"step {state.step:>7} | dev BLEU {json.dumps(scores)}")
+            barrier(d)
+        if tc.save_every and state.step % tc.save_every == 0:
+            save_checkpoint()
+    logger.close()
+    found = ckpt_io.list_checkpoints(out)
+    if not found or found[-1].name != f"step_{state.step:08d}.pt":
+        save_checkpoint()
+    if d.main:
+        if dev and (not state.history or "dev_bleu" not in state.history[-1]):
+            scores = dev_bleu(model, tokenizer, dev, device)
+            state.history.append({"step": state.step, "dev_bleu": scores})
+            logger.line(f"step {state.step:>7} | dev BLEU {json.dumps(scores)}")
+            (out / "history.json").write_text(json.dumps(state.history))
+            plot_curves(state.history, out / "curves.png")
+        finish_average(cfg, out, state, tok_bytes)
+    barrier(d)
+    if d.world > 1:
+        dist.destroy_process_group()
+    return state
+
+
+def finish_average(cfg: RunConfig, out: Path, state: State, tok_bytes: bytes) -> None:
+    """Average the last N checkpoints into ``average.pt`` (inference only, no optimizer)."""
+    found = ckpt_io.list_checkpoints(out)[-cfg.train.average_last:]
+    if cfg.train.average_last < 2 or len(found) < 2:
+        return
+    ckpt_io.save_atomic({"model": ckpt_io.average(found), "config": cfg.to_dict(), "step": state.step,
+                         "averaged": [p.name for p in found], "tokenizer_model": tok_bytes}, out / "average.pt")
+    print(f"averaged {len(found)} checkpoints ({', '.join(p.name for p in found)}) into {out / 'average.pt'}",
+          flush=True)
+
+
+# ---------------------------------------------------------------- CLI
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def build_config(args: argparse.Namespace) -> RunConfig:
+    base = RunConfig.load(args.config) if args.config else RunConfig(model=MODEL_PRESETS[args.preset])
+    model, data, tr = base.model, base.data, base.train
+    if args.directions:
+        data = replace(data, directions=tuple(x.strip() for x in args.directions.split(",") if x.strip()))
+    if args.train_files:
+        data = replace(data, corpus="files", train_files=dict(x.split("=", 1) for x in args.train_files))
+    if args.dev_files:
+        data = replace(data, dev_files=dict(x.split("=", 1) for x in args.dev_files))
+    if args.test_files:
+        data = replace(data, test_files=dict(x.split("=", 1) for x in args.test_files))
+    flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_tokens": args.batch_tokens,
+             "device": args.device, "threads": args.threads, "warmup_steps": args.warmup}
+    tr = replace(tr, **{k: v for k, v in flags.items() if v is not None})
+    sections: dict[str, Any] = {"model": model, "data": data, "train": tr}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not sep or not dot or section not in sections:
+            raise SystemExit(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of model, data, train")
+        v = _parse_value(value)
+        sections[section] = replace(sections[section], **{name: tuple(v) if isinstance(v, list) else v})
+    return RunConfig(sections["model"], sections["data"], sections["train"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="nmt-train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="run directory: checkpoints, tokenizer, config, curves")
+    p.add_argument("--preset", choices=sorted(MODEL_PRESETS), default="small")
+    p.add_argument("--config", help="a config.json to start from instead of a preset")
+    p.add_argument("--directions", help="comma-separated, e.g. en-de,de-en")
+    p.add_argument("--train-files", nargs="*", metavar="DIR=SRC:TGT|TSV", help="your own parallel text")
+    p.add_argument("--dev-files", nargs="*", metavar="DIR=SRC:TGT|TSV")
+    p.add_argument("--test-files", nargs="*", metavar="DIR=SRC:TGT|TSV")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--max-minutes", type=float)
+    p.add_argument("--batch-tokens", type=int)
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--threads", type=int)
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="override any config field, e.g. --set model.dropout=0.3 (repeatable)")
+    p.add_argument("--restart", action="store_true", help="refuse to resume an existing run")
+    args = p.parse_args(argv)
+    try:
+        cfg = build_config(args)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        p.error(str(e))
+    state = train(cfg, args.out, restart=args.restart)
+    if int(os.environ.get("RANK", "0")) == 0:
+        last_eval = next((h["dev_bleu"] for h in reversed(state.history) if "dev_bleu" in h), None)
+        print(f"done: step {state.step}, {state.elapsed / 60:.1f} min, dev BLEU {last_eval}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
