@@ -59,6 +59,23 @@ def test_extra_english_versions_are_extra_training_sources_only():
     assert all(p.src and p.tgt for p in train)
 
 
+@pytest.mark.parametrize("direction", ["en-fr", "fr-en", "en-es", "es-en", "de-en"])
+def test_every_supported_direction_loads(direction):
+    test = bible_pairs(DataConfig(directions=(direction,)), "test")
+    assert len(test) == 879 and all(p.direction == direction for p in test)
+    first = dict(zip(("en", "de", "fr", "es"), ("4", "e", "l", "v")))
+    src, tgt = direction.split("-")
+    assert (test[0].src, test[0].tgt) == (clean(load_bible(first[src])[(43, 1, 1)]),
+                                          clean(load_bible(first[tgt])[(43, 1, 1)]))
+
+
+def test_unknown_direction_and_language_are_refused():
+    with pytest.raises(ValueError, match="direction 'ende' must look like 'en-de'"):
+        bible_pairs(DataConfig(directions=("ende",)), "dev")
+    with pytest.raises(ValueError, match="no Bible version configured for language 'it'"):
+        bible_pairs(DataConfig(directions=("en-it",)), "dev")
+
+
 def test_read_parallel_files_and_tsv(tmp_path):
     (tmp_path / "a.en").write_text("Hello\n\nHow are you?\n")
     (tmp_path / "a.de").write_text("Hallo\nLeer\nWie geht es?\n")

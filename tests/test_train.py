@@ -92,8 +92,14 @@ def test_resume_with_another_model_is_refused(tmp_path, toy_corpus):
         train(other, tmp_path / "r")
 
 
-def _cli(*args: str, **env: str) -> list[str]:
+def _cli(*args: str) -> list[str]:
     return [sys.executable, *args]
+
+
+def _console_script(name: str, module: str) -> list[str]:
+    """The installed console script when there is one (as users run it), else the module."""
+    script = Path(sys.executable).parent / name
+    return [str(script)] if script.exists() else [sys.executable, "-m", module]
 
 
 def _env() -> dict[str, str]:
@@ -102,17 +108,18 @@ def _env() -> dict[str, str]:
 
 def test_nmt_train_command_line_end_to_end(tmp_path, toy_corpus):
     out = tmp_path / "cli"
-    cmd = _cli("-m", "training.train", "--preset", "tiny", "--out", str(out), "--directions", "en-de",
-               "--train-files", f"en-de={toy_corpus['train']}", "--dev-files", f"en-de={toy_corpus['dev']}",
-               "--max-steps", "4", "--batch-tokens", "500", "--device", "cpu",
-               "--set", "data.vocab_size=300", "--set", "train.log_every=2", "--set", "train.eval_every=4")
+    cmd = [*_console_script("nmt-train", "training.train"), "--preset", "tiny", "--out", str(out),
+           "--directions", "en-de", "--train-files", f"en-de={toy_corpus['train']}",
+           "--dev-files", f"en-de={toy_corpus['dev']}", "--max-steps", "4", "--batch-tokens", "500", "--device", "cpu",
+           "--set", "data.vocab_size=300", "--set", "train.log_every=2", "--set", "train.eval_every=4"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "step       2 | loss" in r.stdout and "dev BLEU" in r.stdout
     assert "done: step 4" in r.stdout
     assert (out / "checkpoints" / "step_00000004.pt").is_file()
-    ev = subprocess.run(_cli("-m", "training.evaluate", str(out), "--split", "dev", "--beam", "2"),
-                        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    evaluate = _console_script("nmt-evaluate", "training.evaluate")
+    ev = subprocess.run([*evaluate, str(out), "--split", "dev", "--beam", "2"], capture_output=True, text=True,
+                        env=_env(), cwd=ROOT, timeout=120)
     assert ev.returncode == 0, ev.stderr
     assert ev.stdout.startswith("en-de  dev  BLEU")
     result = json.loads((out / "eval_step_00000004_dev_beam2.json").read_text())

@@ -17,6 +17,7 @@ import torch
 
 from training.config import RunConfig
 from training.model import Transformer
+from training.tokenizer import Tokenizer
 
 _STEP_FILE = re.compile(r"step_(\d+)\.pt$")
 
@@ -76,10 +77,9 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[Tr
     return model.to(device).eval(), cfg, ckpt
 
 
-def write_tokenizer(ckpt: dict[str, Any], path: str | Path) -> Path:
-    path = Path(path)
-    path.write_bytes(ckpt["tokenizer_model"])
-    return path
+def load_tokenizer(ckpt: dict[str, Any]) -> Tokenizer:
+    """The SentencePiece model stored inside a checkpoint."""
+    return Tokenizer(model_proto=ckpt["tokenizer_model"])
 
 
 def average(paths: list[Path]) -> dict[str, torch.Tensor]:

@@ -21,7 +21,6 @@ from training import checkpoint as ckpt_io
 from training.config import replace
 from training.data import SPLITS, load_pairs, parse_direction
 from training.decode import translate
-from training.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -51,8 +50,7 @@ def evaluate(checkpoint: str | Path, split: str = "test", beam_size: int = 4, di
         raise ValueError(f"split {split!r} is not one of {', '.join(SPLITS)}")
     path = ckpt_io.resolve(checkpoint)
     model, cfg, ckpt = ckpt_io.load_model(path, device)
-    tok_file = path.parent / f".{path.stem}.tokenizer.model"
-    tokenizer = Tokenizer(ckpt_io.write_tokenizer(ckpt, tok_file))
+    tokenizer = ckpt_io.load_tokenizer(ckpt)
     data_cfg = cfg.data if not directions else replace(cfg.data, directions=tuple(directions))
     by_direction: dict[str, tuple[list[str], list[str]]] = {}
     for p in load_pairs(data_cfg, split):
@@ -73,7 +71,6 @@ def evaluate(checkpoint: str | Path, split: str = "test", beam_size: int = 4, di
         outputs[direction] = [{"source": a, "reference": r, "hypothesis": h} for a, r, h in zip(sources, refs, hyps)]
         print(f"{direction}  {split}  BLEU {bleu:6.2f}  chrF {chrf:6.2f}  ({len(sources)} sentences, "
               f"beam {beam_size}, {s.seconds:.0f}s)", flush=True)
-    tok_file.unlink(missing_ok=True)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     out = out or run_dir / f"eval_{path.stem}_{split}_beam{beam_size}.json"
     out.write_text(json.dumps({"checkpoint": path.name, "step": ckpt.get("step"),

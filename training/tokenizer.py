@@ -23,12 +23,17 @@ def lang_tag(lang: str) -> str:
 class Tokenizer:
     """Thin wrapper over a SentencePiece model that knows our special ids and tags."""
 
-    def __init__(self, model_path: str | Path) -> None:
-        self.path = Path(model_path)
-        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+    def __init__(self, model_path: str | Path | None = None, model_proto: bytes | None = None) -> None:
+        if (model_path is None) == (model_proto is None):
+            raise ValueError("give either a SentencePiece model file or its bytes")
+        if model_proto is None:
+            model_proto = Path(model_path).read_bytes()  # type: ignore[arg-type]
+        self.name = str(model_path) if model_path is not None else "the checkpoint's tokenizer"
+        self.model_proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
         ids = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise ValueError(f"{self.path}: special ids (pad, unk, bos, eos) are {ids}, expected "
+            raise ValueError(f"{self.name}: special ids (pad, unk, bos, eos) are {ids}, expected "
                              f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}")
 
     @property
@@ -49,7 +54,7 @@ class Tokenizer:
     def tag_id(self, lang: str) -> int:
         i = self.sp.piece_to_id(lang_tag(lang))
         if i == UNK_ID:
-            raise KeyError(f"language {lang!r} has no tag in {self.path}; known: {', '.join(self.languages())}")
+            raise KeyError(f"language {lang!r} has no tag in {self.name}; known: {', '.join(self.languages())}")
         return i
 
     def encode(self, text: str) -> list[int]:

@@ -241,7 +241,7 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False) -> State:
         set_rng_state(resume["rng"][d.rank] if d.rank < len(resume["rng"]) else resume["rng"][0])
     ddp_model = DistributedDataParallel(model) if d.world > 1 else model
 
-    tok_bytes = tokenizer.path.read_bytes()
+    tok_bytes = tokenizer.model_proto
     logger = Logger(tc.max_steps, state.step, d.main)
     if d.main:
         logger.line(f"{'resuming at step ' + str(state.step) if resume else 'starting'}: "
