@@ -38,4 +38,33 @@ def toy_corpus(tmp_path_factory) -> dict[str, Path]:
     assert len(pairs) >= 310
     (d / "dev.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs[:10]))
     (d / "train.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs[10:310]))
-    return {"train": d / "train.tsv", "dev": d / "dev.tsv"}
+    (d / "train_de_en.tsv").write_text("".join(f"{b}\t{a}\n" for a, b in pairs[10:310]))
+    return {"train": d / "train.tsv", "dev": d / "dev.tsv", "train_de_en": d / "train_de_en.tsv"}
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, toy_corpus) -> Path:
+    """A `tiny` model trained for a few hundred steps on the toy corpus (a few seconds):
+    enough for peaked, tie-free distributions, which exact parity checks need."""
+    from training.config import MODEL_PRESETS, DataConfig, RunConfig, TrainConfig
+    from training.train import train
+
+    out = tmp_path_factory.mktemp("tiny_run")
+    cfg = RunConfig(
+        model=MODEL_PRESETS["tiny"],
+        data=DataConfig(corpus="files", directions=("en-de", "de-en"), vocab_size=400,
+                        train_files={"en-de": str(toy_corpus["train"]), "de-en": str(toy_corpus["train_de_en"])}),
+        train=TrainConfig(batch_tokens=1500, max_steps=300, warmup_steps=50, lr_scale=2.0, log_every=100,
+                          eval_every=0, save_every=0, average_last=0, device="cpu", threads=1),
+    )
+    train(cfg, out)
+    return out / "checkpoints" / "step_00000300.pt"
+
+
+@pytest.fixture(scope="session")
+def tiny_package(tmp_path_factory, tiny_checkpoint) -> Path:
+    from export.onnx_export import export_checkpoint
+
+    out = tmp_path_factory.mktemp("pkg") / "tiny"
+    export_checkpoint(tiny_checkpoint, out, int8=True, fp16=True, log=lambda _: None)
+    return out

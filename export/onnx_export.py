@@ -1,0 +1,296 @@
+"""``nmt-export``: a training checkpoint -> a model package the server loads without torch.
+
+    nmt-export runs/small-ende packages/small-ende [--int8] [--fp16] [--force]
+
+A fixed pipeline: load -> validate (collect every error) -> export the encoder and the
+decoder-step graphs -> check them against PyTorch at sizes other than the traced ones ->
+derive variants (int8, fp16) -> write tokenizer and manifest (with sha256 of every file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from export import contract
+from export.package import ModelPackage, write_manifest
+from training import checkpoint as ckpt_io
+from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, RunConfig
+from training.data import parse_direction
+from training.model import Transformer
+from training.tokenizer import Tokenizer
+
+OPSET = 18
+
+
+class EncoderGraph(nn.Module):
+    """src_ids (B, S) -> cross_k, cross_v (L, B, H, S, Dh)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
+        src_mask = src_ids.ne(self.model.cfg.pad_id)
+        return self.model.cross_kv(self.model.encode(src_ids, src_mask))
+
+
+class DecoderStepGraph(nn.Module):
+    """One decoder step over a key/value cache; see export/contract.py for the shapes."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, positions: Tensor, past_mask: Tensor, src_mask: Tensor, cross_k: Tensor,
+                cross_v: Tensor, past_k: Tensor, past_v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        out = self.model.decode_step(input_ids, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v)
+        logits = self.model.project(out.hidden[:, -1])  # (B, V)
+        return logits, out.present_k, out.present_v, out.cross_attention[:, -1]
+
+
+def example_inputs(model: Transformer, b: int, s: int, t: int, p: int, seed: int = 0) -> dict[str, Tensor]:
+    """Decoder-step inputs of the given sizes (real-looking ids, masks with some padding)."""
+    cfg = model.cfg
+    g = torch.Generator().manual_seed(seed)
+    layers, heads, d_head = cfg.n_decoder_layers, cfg.n_heads, cfg.d_model // cfg.n_heads
+    src_mask = torch.ones(b, s, dtype=torch.bool)
+    past_mask = torch.ones(b, p, dtype=torch.bool)
+    if b > 1 and s > 1:
+        src_mask[-1, -1] = False  # a padded source row
+    if b > 1 and p > 1:
+        past_mask[-1, 0] = False  # a row whose cache starts later
+    return {
+        contract.INPUT_IDS: torch.randint(4, cfg.vocab_size, (b, t), generator=g),
+        contract.POSITIONS: (torch.arange(t) + p).expand(b, t).contiguous(),
+        contract.PAST_MASK: past_mask,
+        contract.SRC_MASK: src_mask,
+        contract.CROSS_K: torch.randn(layers, b, heads, s, d_head, generator=g),
+        contract.CROSS_V: torch.randn(layers, b, heads, s, d_head, generator=g),
+        contract.PAST_K: torch.randn(layers, b, heads, p, d_head, generator=g),
+        contract.PAST_V: torch.randn(layers, b, heads, p, d_head, generator=g),
+    }
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporter prints progress and warnings of its own; keep them out of the user's way."""
+    root = logging.getLogger()
+    level = root.level
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        root.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            root.setLevel(level)
+
+
+def export_graphs(model: Transformer, out_dir: Path, opset: int = OPSET) -> tuple[Path, Path]:
+    """Export both graphs with dynamic batch, source, new and past lengths.
+
+    The dynamo exporter fixes any example dimension of size 1, so the examples use sizes
+    of at least 2, and all different (B=2, S=5, T=3, P=4), so that no two axes are unified.
+    """
+    model = model.eval()
+    batch, src = torch.export.Dim("batch"), torch.export.Dim("src_len")
+    new, past = torch.export.Dim("new_len"), torch.export.Dim("past_len")
+    enc_path = out_dir / contract.graph_file(contract.ENCODER)
+    dec_path = out_dir / contract.graph_file(contract.DECODER)
+    src_ids = torch.randint(4, model.cfg.vocab_size, (2, 5))
+    with _quiet(), torch.no_grad():
+        torch.onnx.export(EncoderGraph(model), (src_ids,), str(enc_path), input_names=list(contract.ENCODER_INPUTS),
+                          output_names=list(contract.ENCODER_OUTPUTS), opset_version=opset, dynamo=True,
+                          dynamic_shapes={contract.SRC_IDS: {0: batch, 1: src}}, optimize=True, verbose=False)
+        inputs = example_inputs(model, b=2, s=5, t=3, p=4)
+        cache = {1: batch, 3: past}
+        shapes = {contract.INPUT_IDS: {0: batch, 1: new}, contract.POSITIONS: {0: batch, 1: new},
+                  contract.PAST_MASK: {0: batch, 1: past}, contract.SRC_MASK: {0: batch, 1: src},
+                  contract.CROSS_K: {1: batch, 3: src}, contract.CROSS_V: {1: batch, 3: src},
+                  contract.PAST_K: cache, contract.PAST_V: cache}
+        torch.onnx.export(DecoderStepGraph(model), tuple(inputs.values()), str(dec_path),
+                          input_names=list(contract.DECODER_INPUTS), output_names=list(contract.DECODER_OUTPUTS),
+                          opset_version=opset, dynamo=True, dynamic_shapes=shapes, optimize=True, verbose=False)
+    _inline_external_data(enc_path)
+    _inline_external_data(dec_path)
+    return enc_path, dec_path
+
+
+def _inline_external_data(path: Path) -> None:
+    """Keep each graph one self-contained file (the exporter may split weights out)."""
+    import onnx
+
+    side = path.with_name(path.name + ".data")
+    if side.exists():
+        onnx.save_model(onnx.load(str(path)), str(path), save_as_external_data=False)
+        side.unlink()
+
+
+# (B, S, T, P) sizes other than the traced (2, 5, 3, 4): batch 1, empty past, 1 and several new tokens.
+CHECK_SIZES = ((1, 3, 1, 0), (3, 7, 1, 6), (4, 2, 2, 0), (1, 9, 4, 3))
+
+
+def check_graphs(model: Transformer, enc_path: Path, dec_path: Path,
+                 sizes: tuple[tuple[int, int, int, int], ...] = CHECK_SIZES) -> float:
+    """Max |difference| between PyTorch and onnxruntime over sizes other than the traced
+    one: batch 1, an empty past, single-token and multi-token steps."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    enc = ort.InferenceSession(str(enc_path), opts, providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(dec_path), opts, providers=["CPUExecutionProvider"])
+    worst = 0.0
+    with torch.no_grad():
+        for b, s, t, p in sizes:
+            ids = torch.randint(4, model.cfg.vocab_size, (b, s))
+            if b > 1:
+                ids[-1, -1] = PAD_ID  # a padded source row
+            ref = EncoderGraph(model)(ids)
+            got = enc.run(None, {contract.SRC_IDS: ids.numpy()})
+            worst = max(worst, *(float(np.abs(g - r.numpy()).max()) for g, r in zip(got, ref)))
+            inputs = example_inputs(model, b, s, t, p, seed=b * 1000 + s)
+            ref = DecoderStepGraph(model)(*inputs.values())
+            got = dec.run(None, {k: v.numpy() for k, v in inputs.items()})
+            for name, g, r in zip(contract.DECODER_OUTPUTS, got, ref):
+                if g.shape != tuple(r.shape):
+                    raise RuntimeError(f"{dec_path.name}: {name} has shape {g.shape}, PyTorch gives {tuple(r.shape)} "
+                                       f"at B={b} S={s} T={t} P={p}")
+                worst = max(worst, float(np.abs(g - r.numpy()).max()))
+    return worst
+
+
+def validate(path: Path, out_dir: Path, force: bool) -> tuple[list[str], dict[str, Any] | None]:
+    """Every reason the export cannot proceed, collected before failing."""
+    problems: list[str] = []
+    ckpt = None
+    try:
+        ckpt = ckpt_io.load(ckpt_io.resolve(path))
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        problems.append(str(e))
+    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+        problems.append(f"{out_dir} exists and is not empty; pass --force to overwrite it")
+    if ckpt is None:
+        return problems, None
+    if "tokenizer_model" not in ckpt:
+        problems.append("the checkpoint holds no tokenizer (tokenizer_model)")
+        return problems, ckpt
+    try:
+        cfg = RunConfig.from_dict(ckpt["config"])
+        tok = Tokenizer(model_proto=ckpt["tokenizer_model"])
+    except (ValueError, TypeError) as e:
+        problems.append(str(e))
+        return problems, ckpt
+    if tok.vocab_size != cfg.model.vocab_size:
+        problems.append(f"tokenizer has {tok.vocab_size} pieces but the model's vocabulary is {cfg.model.vocab_size}")
+    for direction in cfg.data.directions:
+        try:
+            tok.tag_id(parse_direction(direction)[1])
+        except (KeyError, ValueError) as e:
+            problems.append(f"direction {direction}: {e}")
+    return problems, ckpt
+
+
+def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = False, fp16: bool = False,
+                      force: bool = False, log=print) -> ModelPackage:
+    """Run the whole pipeline and return the validated package."""
+    from export import quantize
+
+    out_dir = Path(out_dir)
+    path = ckpt_io.resolve(checkpoint)
+    problems, ckpt = validate(path, out_dir, force)
+    if problems:
+        raise ValueError(f"cannot export {checkpoint}:\n  - " + "\n  - ".join(problems))
+    assert ckpt is not None
+    started = time.monotonic()
+    model, cfg, _ = ckpt_io.load_model(path)
+    tokenizer = ckpt_io.load_tokenizer(ckpt)
+    # Build in a temporary directory next to the target and move it in place at the end,
+    # so a failed export never leaves a half-written package behind.
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        log(f"[1/4] exporting encoder and decoder-step graphs (opset {OPSET}) ...")
+        enc_path, dec_path = export_graphs(model, work)
+        worst = check_graphs(model, enc_path, dec_path)
+        log(f"[2/4] onnxruntime vs PyTorch at untraced sizes: max |diff| {worst:.2e}")
+        if worst > 1e-4:
+            raise RuntimeError(f"exported graphs differ from PyTorch by {worst:.2e} (> 1e-4)")
+        log(f"[3/4] variants: {', '.join(v for v, on in (('int8', int8), ('fp16', fp16)) if on) or 'none asked'}")
+        for graph_path in (enc_path, dec_path):
+            with _quiet():
+                if int8:
+                    quantize.to_int8(graph_path, work / graph_path.name.replace(".onnx", ".int8.onnx"))
+                if fp16:
+                    quantize.to_fp16(graph_path, work / graph_path.name.replace(".onnx", ".fp16.onnx"))
+        (work / contract.TOKENIZER).write_bytes(tokenizer.model_proto)
+        pairs = list(cfg.data.directions)
+        targets = sorted({parse_direction(p)[1] for p in pairs})
+        dev_bleu = next((h["dev_bleu"] for h in reversed(ckpt.get("history", [])) if "dev_bleu" in h), None)
+        m = cfg.model
+        manifest = {
+            "format": contract.PACKAGE_FORMAT, "format_version": contract.PACKAGE_VERSION,
+            "model": {"d_model": m.d_model, "n_heads": m.n_heads, "d_head": m.d_model // m.n_heads,
+                      "n_encoder_layers": m.n_encoder_layers, "n_decoder_layers": m.n_decoder_layers,
+                      "vocab_size": m.vocab_size, "max_positions": m.max_positions},
+            "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+            "language_tags": {lang: tokenizer.tag_id(lang) for lang in targets},
+            "pairs": pairs,
+            # Source: tag + pieces + eos must fit the positions; target: bos + pieces + eos.
+            "max_source_tokens": m.max_positions, "max_target_tokens": m.max_positions - 1,
+            "graphs": {contract.ENCODER: {"inputs": list(contract.ENCODER_INPUTS),
+                                          "outputs": list(contract.ENCODER_OUTPUTS)},
+                       contract.DECODER: {"inputs": list(contract.DECODER_INPUTS),
+                                          "outputs": list(contract.DECODER_OUTPUTS)}},
+            "provenance": {"checkpoint": path.name, "step": ckpt.get("step"), "averaged": ckpt.get("averaged"),
+                           "dev_bleu": dev_bleu, "config": asdict(cfg), "opset": OPSET,
+                           "torch": torch.__version__, "max_abs_diff_vs_torch": worst,
+                           "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        }
+        write_manifest(work, manifest)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        work.rename(out_dir)
+        out_dir.chmod(0o755)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    package = ModelPackage.load(out_dir)
+    size = sum(f.stat().st_size for f in out_dir.iterdir()) / 1e6
+    log(f"[4/4] wrote {out_dir} ({', '.join(package.variants)}; {size:.1f} MB) in {time.monotonic() - started:.0f}s")
+    return package
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="nmt-export", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", help="a checkpoint file or a run directory (its average.pt or last checkpoint)")
+    p.add_argument("out_dir", help="the model package directory to write")
+    p.add_argument("--int8", action="store_true", help="add int8 graphs (dynamic quantization) for the CPU")
+    p.add_argument("--fp16", action="store_true", help="add half-precision graphs for CUDA")
+    p.add_argument("--force", action="store_true", help="overwrite an existing, non-empty out_dir")
+    args = p.parse_args(argv)
+    try:
+        export_checkpoint(args.checkpoint, args.out_dir, int8=args.int8, fp16=args.fp16, force=args.force)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"nmt-export: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

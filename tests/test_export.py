@@ -1,0 +1,207 @@
+"""ONNX export: graph parity with PyTorch, dynamic axes, the cache contract, the package."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from export import contract
+from export.onnx_export import export_checkpoint
+from export.package import ModelPackage, PackageError
+from export.verify import OrtModel, ort_beam, ort_greedy, parity
+from training import checkpoint as ckpt_io
+from training.data import pad
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXTS = [
+    "Jesus wept.",
+    "In the beginning was the Word, and the Word was with God, and the Word was God.",
+    "He said,",
+    "The same was in the beginning with God.",
+    "All things were made through him.",
+]
+
+
+def sources(checkpoint: Path, target: str = "de") -> np.ndarray:
+    tok = ckpt_io.load_tokenizer(ckpt_io.load(checkpoint))
+    return pad([tok.encode_source(t, target) for t in TEXTS]).numpy()  # mixed lengths, right-padded
+
+
+def test_fp32_parity_greedy_logits_and_beam(tiny_package, tiny_checkpoint):
+    for target in ("de", "en"):
+        src = sources(tiny_checkpoint, target)
+        assert (src == 0).any()  # the batch really holds padding
+        result = parity(tiny_package, tiny_checkpoint, src, beam_size=4)
+        assert result.greedy_equal == result.rows == len(TEXTS)
+        assert result.max_logit_diff < 1e-4
+        assert result.beam_equal == result.rows
+
+
+def test_graph_inputs_and_outputs_follow_the_contract(tiny_package):
+    m = OrtModel(ModelPackage.load(tiny_package))
+    assert tuple(i.name for i in m.encoder.get_inputs()) == contract.ENCODER_INPUTS
+    assert tuple(o.name for o in m.encoder.get_outputs()) == contract.ENCODER_OUTPUTS
+    assert tuple(i.name for i in m.decoder.get_inputs()) == contract.DECODER_INPUTS
+    assert tuple(o.name for o in m.decoder.get_outputs()) == contract.DECODER_OUTPUTS
+
+
+def _step(m: OrtModel, ids, positions, past_mask, src_mask, ck, cv, pk, pv):
+    return m.step(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64), past_mask, src_mask,
+                  ck, cv, pk, pv)
+
+
+def test_empty_past_prefill_equals_token_by_token(tiny_package, tiny_checkpoint):
+    m = OrtModel(ModelPackage.load(tiny_package))
+    src = sources(tiny_checkpoint)[:2]
+    src_mask = src != 0
+    ck, cv = m.encode(src)
+    pk, pv, pm = m.empty_past(2)
+    assert pk.shape[3] == 0
+    prefix = [[2, 50, 60, 70], [2, 80, 90, 100]]
+    logits, k, _, attn = _step(m, prefix, [[0, 1, 2, 3]] * 2, pm, src_mask, ck, cv, pk, pv)
+    assert k.shape == (2, 2, 2, 4, 16) and attn.shape == src.shape
+    one_k, one_v, one_m = pk, pv, pm
+    for t in range(4):
+        one_logits, one_k, one_v, _ = _step(m, [[r[t]] for r in prefix], [[t]] * 2, one_m, src_mask, ck, cv,
+                                            one_k, one_v)
+        one_m = np.ones((2, t + 1), dtype=bool)
+    assert np.abs(one_logits - logits).max() < 1e-5
+    assert np.abs(one_k - k).max() < 1e-5
+
+
+def test_rows_with_different_past_lengths_share_a_step(tiny_package, tiny_checkpoint):
+    """Row A has 3 cached tokens, row B has 1 (left-padded in the cache with junk, masked):
+    one shared step gives each row the logits it gets alone."""
+    m = OrtModel(ModelPackage.load(tiny_package))
+    src = sources(tiny_checkpoint)[:2]
+    src_mask = src != 0
+    ck, cv = m.encode(src)
+
+    def alone(row: int, prefix: list[int]) -> np.ndarray:
+        pk, pv, pm = m.empty_past(1)
+        n = len(prefix)
+        _, k, v, _ = _step(m, [prefix[:-1]], [list(range(n - 1))], pm, src_mask[row:row + 1], ck[:, row:row + 1],
+                           cv[:, row:row + 1], pk, pv)
+        logits, *_ = _step(m, [prefix[-1:]], [[n - 1]], np.ones((1, n - 1), dtype=bool), src_mask[row:row + 1],
+                           ck[:, row:row + 1], cv[:, row:row + 1], k, v)
+        return logits[0]
+
+    a, b = [2, 40, 41, 42], [2, 43]
+    pk, pv, pm = m.empty_past(1)
+    _, ka, va, _ = _step(m, [a[:3]], [[0, 1, 2]], pm, src_mask[:1], ck[:, :1], cv[:, :1], pk, pv)
+    _, kb, vb, _ = _step(m, [b[:1]], [[0]], pm, src_mask[1:], ck[:, 1:], cv[:, 1:], pk, pv)
+    layers, _, heads, _, d_head = kb.shape
+    junk = np.random.default_rng(0).standard_normal((layers, 1, heads, 2, d_head)).astype(np.float32)
+    past_k = np.concatenate([ka, np.concatenate([junk, kb], axis=3)], axis=1)
+    past_v = np.concatenate([va, np.concatenate([junk, vb], axis=3)], axis=1)
+    past_mask = np.array([[True, True, True], [False, False, True]])
+    logits, *_ = _step(m, [[a[3]], [b[1]]], [[3], [1]], past_mask, src_mask, ck, cv, past_k, past_v)
+    assert np.abs(logits[0] - alone(0, a)).max() < 1e-5
+    assert np.abs(logits[1] - alone(1, b)).max() < 1e-5
+
+
+def test_int8_and_fp16_variants_decode(tiny_package, tiny_checkpoint):
+    package = ModelPackage.load(tiny_package)
+    assert package.variants == ("fp32", "int8", "fp16")
+    src = sources(tiny_checkpoint)
+    ref = ort_greedy(OrtModel(package, "fp32"), src)
+    for variant in ("int8", "fp16"):
+        m = OrtModel(package, variant)
+        got = ort_greedy(m, src)
+        assert len(got) == len(ref) and all(h.tokens for h in got)
+        # Quantised graphs stay close: most rows decode to the same tokens.
+        assert sum(g.tokens == r.tokens for g, r in zip(got, ref)) >= 3
+    assert (tiny_package / "decoder.int8.onnx").stat().st_size < (tiny_package / "decoder.onnx").stat().st_size
+    nbest = ort_beam(OrtModel(package, "fp32"), src, beam_size=3, n_best=3)
+    assert all(len(n) == 3 and n[0].score >= n[1].score >= n[2].score for n in nbest)
+
+
+def test_manifest_describes_the_package(tiny_package, tiny_checkpoint):
+    manifest = json.loads((tiny_package / "model.json").read_text())
+    assert manifest["format"] == "nmt-model-package" and manifest["format_version"] == 1
+    assert manifest["pairs"] == ["en-de", "de-en"]
+    tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
+    assert manifest["language_tags"] == {"de": tok.tag_id("de"), "en": tok.tag_id("en")}
+    assert manifest["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
+    assert manifest["model"]["vocab_size"] == tok.vocab_size
+    assert manifest["provenance"]["step"] == 300
+    assert set(manifest["files"]) == {"encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx",
+                                      "encoder.fp16.onnx", "decoder.fp16.onnx", "tokenizer.model"}
+    assert manifest["graphs"]["decoder"]["inputs"] == list(contract.DECODER_INPUTS)
+
+
+def test_package_validation_names_every_problem(tiny_package, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_package, bad)
+    (bad / "encoder.int8.onnx").unlink()
+    with (bad / "decoder.onnx").open("ab") as f:
+        f.write(b"\0")
+    with pytest.raises(PackageError) as err:
+        ModelPackage.load(bad)
+    assert err.value.problems == [
+        "decoder.onnx does not match its sha256 in model.json (corrupt or replaced)",
+        "encoder.int8.onnx is listed in model.json but missing",
+    ]
+    manifest = json.loads((bad / "model.json").read_text())
+    manifest["graphs"]["decoder"]["outputs"] = ["logits"]
+    manifest["format_version"] = 99
+    (bad / "model.json").write_text(json.dumps(manifest))
+    with pytest.raises(PackageError) as err:
+        ModelPackage.load(bad)
+    assert err.value.problems == [
+        "format_version is 99, this code reads 1",
+        "decoder outputs are ['logits'], this server expects ['logits', 'present_k', 'present_v', 'cross_attention']",
+    ]
+    (bad / "model.json").write_text("{not json")
+    with pytest.raises(PackageError, match=r"model\.json is not valid JSON"):
+        ModelPackage.load(bad)
+    with pytest.raises(PackageError, match="the directory does not exist"):
+        ModelPackage.load(tmp_path / "nowhere")
+
+
+def test_export_refuses_to_overwrite_and_collects_errors(tiny_package, tmp_path):
+    with pytest.raises(ValueError) as err:
+        export_checkpoint(tmp_path / "missing.pt", tiny_package)
+    message = str(err.value)
+    assert "missing.pt does not exist" in message
+    assert "exists and is not empty; pass --force to overwrite it" in message
+
+
+def test_nmt_export_command_line(tiny_checkpoint, tmp_path):
+    out = tmp_path / "pkg"
+    script = Path(sys.executable).parent / "nmt-export"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "export.onnx_export"]
+    r = subprocess.run([*cmd, str(tiny_checkpoint), str(out)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "[4/4] wrote" in r.stdout and ModelPackage.load(out).variants == ("fp32",)
+    again = subprocess.run([*cmd, str(tiny_checkpoint), str(out)], capture_output=True, text=True, cwd=ROOT,
+                           timeout=120)
+    assert again.returncode == 2 and "pass --force to overwrite it" in again.stderr
+
+
+def test_package_reader_needs_neither_torch_nor_onnx(tiny_package):
+    code = ("import sys; from export.package import ModelPackage; "
+            f"p = ModelPackage.load({str(tiny_package)!r}); "
+            "assert 'torch' not in sys.modules and 'onnx' not in sys.modules, sorted(sys.modules); print(p.pairs)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "('en-de', 'de-en')"
+
+
+def test_greedy_loop_matches_reference_on_a_batch(tiny_package, tiny_checkpoint):
+    from training.decode import greedy_search
+
+    model, _, _ = ckpt_io.load_model(tiny_checkpoint)
+    src = sources(tiny_checkpoint)
+    ref = greedy_search(model, torch.from_numpy(src), max_len=12, min_len=12)
+    got = ort_greedy(OrtModel(ModelPackage.load(tiny_package)), src, max_len=12, min_len=12)
+    assert [h.tokens for h in got] == [h.tokens for h in ref]
+    assert all(len(h.tokens) == 12 for h in got)
