@@ -1,0 +1,19 @@
+"""Smoke run of the cache benchmark on the tiny model: every engine runs and the JSON is written."""
+
+from __future__ import annotations
+
+import json
+
+from bench.cache_speedup import main
+
+
+def test_cache_speedup_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--sentences", "4",
+                 "--batch-sizes", "1,4", "--tokens", "8", "--repeats", "1", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    engines = {r["engine"] for r in result["rows"]}
+    assert engines == {"pytorch, no cache", "pytorch, KV cache", "onnxruntime fp32, KV cache",
+                       "onnxruntime int8, KV cache"}
+    assert len(result["rows"]) == 8 and all(r["sentences_per_s"] > 0 for r in result["rows"])
+    assert "vs no cache" in capsys.readouterr().out
