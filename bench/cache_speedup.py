@@ -29,16 +29,21 @@ from training.decode import greedy_search
 
 
 def run(checkpoint: str, package: str, tokens: int, sentences: int, batch_sizes: list[int], threads: int,
-        repeats: int) -> dict:
+        repeats: int, source_file: Path | None = None) -> dict:
     torch.set_num_threads(threads)
     path = ckpt_io.resolve(checkpoint)
     model, cfg, ckpt = ckpt_io.load_model(path)
     tok = ckpt_io.load_tokenizer(ckpt)
     pkg = ModelPackage.load(package)
     direction = cfg.data.directions[0]
-    pairs = [p for p in load_pairs(cfg.data, "test") if p.direction == direction][:sentences]
+    if source_file:
+        texts = [line for line in source_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        texts = [p.src for p in load_pairs(cfg.data, "test") if p.direction == direction]
+    if not texts:
+        raise SystemExit(f"no sentences: the checkpoint's data has no test split for {direction}; pass --source-file")
     target = direction.split("-")[1]
-    encoded = [tok.encode_source(p.src, target) for p in pairs]
+    encoded = [tok.encode_source(t, target) for t in texts[:sentences]]
     engines = {
         "pytorch, no cache": lambda src: greedy_search(model, torch.from_numpy(src), tokens, tokens, use_cache=False),
         "pytorch, KV cache": lambda src: greedy_search(model, torch.from_numpy(src), tokens, tokens),
@@ -81,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--package", required=True)
     p.add_argument("--tokens", type=int, default=64, help="output tokens per sentence")
     p.add_argument("--sentences", type=int, default=32)
+    p.add_argument("--source-file", type=Path, help="source sentences, one a line (default: the test split)")
     p.add_argument("--batch-sizes", default="1,32")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("bench/results/cache_speedup.json"))
     args = p.parse_args(argv)
     result = run(args.checkpoint, args.package, args.tokens, args.sentences,
-                 [int(x) for x in args.batch_sizes.split(",")], args.threads, args.repeats)
+                 [int(x) for x in args.batch_sizes.split(",")], args.threads, args.repeats, args.source_file)
     print(f"{result['sentences']} sentences ({result['direction']}), {result['output_tokens']} output tokens each, "
           f"{result['threads']} thread(s), {result['parameters'] / 1e6:.1f}M parameters")
     print(f"{'engine':<32} {'batch':>5} {'seconds':>8} {'sent/s':>8} {'tok/s':>9} {'vs no cache':>11}")

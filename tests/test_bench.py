@@ -9,7 +9,10 @@ from bench.cache_speedup import main
 
 def test_cache_speedup_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
     out = tmp_path / "bench.json"
+    sources = tmp_path / "sources.txt"
+    sources.write_text("Jesus wept.\nIn the beginning was the Word.\nHe said,\nAll things were made through him.\n")
     assert main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--sentences", "4",
+                 "--source-file", str(sources),
                  "--batch-sizes", "1,4", "--tokens", "8", "--repeats", "1", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     engines = {r["engine"] for r in result["rows"]}
