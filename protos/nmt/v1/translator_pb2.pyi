@@ -1,0 +1,111 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DecodingOptions(_message.Message):
+    __slots__ = ("beam_size", "length_penalty", "max_output_tokens", "num_hypotheses", "return_scores", "return_attention")
+    BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    NUM_HYPOTHESES_FIELD_NUMBER: _ClassVar[int]
+    RETURN_SCORES_FIELD_NUMBER: _ClassVar[int]
+    RETURN_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    beam_size: int
+    length_penalty: float
+    max_output_tokens: int
+    num_hypotheses: int
+    return_scores: bool
+    return_attention: bool
+    def __init__(self, beam_size: _Optional[int] = ..., length_penalty: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., num_hypotheses: _Optional[int] = ..., return_scores: _Optional[bool] = ..., return_attention: _Optional[bool] = ...) -> None: ...
+
+class TranslateRequest(_message.Message):
+    __slots__ = ("texts", "source_lang", "target_lang", "model", "options", "request_id")
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_LANG_FIELD_NUMBER: _ClassVar[int]
+    TARGET_LANG_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    source_lang: str
+    target_lang: str
+    model: str
+    options: DecodingOptions
+    request_id: str
+    def __init__(self, texts: _Optional[_Iterable[str]] = ..., source_lang: _Optional[str] = ..., target_lang: _Optional[str] = ..., model: _Optional[str] = ..., options: _Optional[_Union[DecodingOptions, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class Hypothesis(_message.Message):
+    __slots__ = ("text", "score", "source_pieces", "target_pieces", "attention")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_PIECES_FIELD_NUMBER: _ClassVar[int]
+    TARGET_PIECES_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    score: float
+    source_pieces: _containers.RepeatedScalarFieldContainer[str]
+    target_pieces: _containers.RepeatedScalarFieldContainer[str]
+    attention: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, text: _Optional[str] = ..., score: _Optional[float] = ..., source_pieces: _Optional[_Iterable[str]] = ..., target_pieces: _Optional[_Iterable[str]] = ..., attention: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Translation(_message.Message):
+    __slots__ = ("hypotheses",)
+    HYPOTHESES_FIELD_NUMBER: _ClassVar[int]
+    hypotheses: _containers.RepeatedCompositeFieldContainer[Hypothesis]
+    def __init__(self, hypotheses: _Optional[_Iterable[_Union[Hypothesis, _Mapping]]] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class TranslateResponse(_message.Message):
+    __slots__ = ("translations", "model", "request_id", "error")
+    TRANSLATIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    translations: _containers.RepeatedCompositeFieldContainer[Translation]
+    model: str
+    request_id: str
+    error: Error
+    def __init__(self, translations: _Optional[_Iterable[_Union[Translation, _Mapping]]] = ..., model: _Optional[str] = ..., request_id: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "pairs", "device", "variant", "max_texts_per_request", "max_chars_per_text", "max_tokens_per_text", "max_beam_size", "max_output_tokens")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAIRS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    MAX_TEXTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHARS_PER_TEXT_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_PER_TEXT_FIELD_NUMBER: _ClassVar[int]
+    MAX_BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    pairs: _containers.RepeatedScalarFieldContainer[str]
+    device: str
+    variant: str
+    max_texts_per_request: int
+    max_chars_per_text: int
+    max_tokens_per_text: int
+    max_beam_size: int
+    max_output_tokens: int
+    def __init__(self, name: _Optional[str] = ..., pairs: _Optional[_Iterable[str]] = ..., device: _Optional[str] = ..., variant: _Optional[str] = ..., max_texts_per_request: _Optional[int] = ..., max_chars_per_text: _Optional[int] = ..., max_tokens_per_text: _Optional[int] = ..., max_beam_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ...) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,276 @@
+"""The whole decoding loop: greedy and beam search over the decoder-step graph, batched
+continuously.
+
+A ``Job`` is one source text; it owns ``beam_size`` rows of the running ``Batch`` (one
+for greedy). At every step the batch feeds each row's last token at its own position;
+rows that joined later have their older cache columns masked out, so jobs at different
+lengths share one step. Jobs join between steps (after one encoder run for all newcomers)
+and leave when finished, cancelled or expired; the cache is compacted when its oldest
+columns are no longer used by any row.
+
+Beams of one job share their source's cross-attention keys/values: those are laid out
+once per row when the job joins, and only the self-attention cache is reordered when
+beams are re-ranked. The search itself mirrors ``training/decode.py`` step for step (the
+reference the tests hold it to), so a text decoded in any batch gives the tokens it
+gets alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from server.runtime import Runtime
+
+NEG_INF = -np.inf
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    beam_size: int = 1
+    n_best: int = 1
+    alpha: float = 0.6  # GNMT length penalty ((5 + |Y|) / 6) ^ alpha, beam search only
+    max_len: int = 0  # 0: min(model limit, 1.5 x source + 10)
+    min_len: int = 0
+    attention: bool = False
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    tokens: list[int]  # without bos and eos
+    score: float
+    attention: np.ndarray | None = None  # (len(tokens), source length) when asked for
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float32, copy=False)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Job:
+    """One source being decoded; ``result`` is set when it is done."""
+
+    src: list[int]  # tag + pieces + eos
+    options: DecodeOptions
+    max_len: int
+    bos: int
+    eos: int
+    pad: int
+    id: int = field(default_factory=lambda: next(_ids))
+    step: int = 0  # tokens fed so far (the position of the next one)
+    done: bool = False
+    result: list[Hypothesis] | None = None
+
+    def __post_init__(self) -> None:
+        k = self.k
+        self.beams: list[list[int]] = [[] for _ in range(k)]
+        self.attn: list[list[np.ndarray]] = [[] for _ in range(k)]
+        self.scores = np.full(k, NEG_INF, dtype=np.float32)
+        self.scores[0] = 0.0  # beams start identical: only the first expands
+        self.last = np.full(k, self.bos, dtype=np.int64)
+        self.finished: list[Hypothesis] = []
+
+    @property
+    def k(self) -> int:
+        return self.options.beam_size
+
+    def advance(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray | None:
+        """Consume this step's log-probabilities (k, V); return the beam rows to keep, in
+        their new order (None: no reordering)."""
+        if self.step < self.options.min_len:
+            logp[:, self.eos] = NEG_INF
+        perm = self._greedy(logp, attention) if self.k == 1 else self._beam(logp, attention)
+        self.step += 1
+        if not self.done and self.step >= self.max_len:
+            self._finish_live()
+        return perm
+
+    def _greedy(self, logp: np.ndarray, attention: np.ndarray | None) -> None:
+        token = int(logp[0].argmax())
+        self.scores[0] += logp[0, token]
+        if token == self.eos:
+            self._finish([Hypothesis(self.beams[0], float(self.scores[0]), self._attn(0))])
+            return None
+        self.beams[0].append(token)
+        if attention is not None:
+            self.attn[0].append(attention[0])
+        self.last[0] = token
+        return None
+
+    def _beam(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
+        k, vocab = logp.shape
+        alpha = self.options.alpha
+        cand = (self.scores[:, None] + logp).reshape(-1)
+        top = np.argpartition(-cand, 2 * k)[: 2 * k] if cand.size > 2 * k else np.arange(cand.size)
+        top = top[np.lexsort((top, -cand[top]))]  # best first; ties by index, as a stable sort would
+        rows, tokens, scores = [], [], []
+        for flat in top:
+            score = float(cand[flat])
+            if len(rows) == k or score == NEG_INF:
+                break
+            row, token = divmod(int(flat), vocab)
+            if token == self.eos:
+                if len(self.finished) < k:
+                    hyp = self.beams[row]
+                    self.finished.append(Hypothesis(hyp, score / length_penalty(len(hyp) + 1, alpha),
+                                                    self._attn(row)))
+                continue
+            rows.append(row)
+            tokens.append(token)
+            scores.append(score)
+        while len(rows) < k:  # dead beams keep the row count fixed
+            rows.append(0)
+            tokens.append(self.pad)
+            scores.append(NEG_INF)
+        self.beams = [[*self.beams[r], t] if s > NEG_INF else [] for r, t, s in zip(rows, tokens, scores)]
+        if attention is not None:
+            self.attn = [[*self.attn[r], attention[r]] if s > NEG_INF else [] for r, s in zip(rows, scores)]
+        self.scores = np.array(scores, dtype=np.float32)
+        self.last = np.array(tokens, dtype=np.int64)
+        if len(self.finished) >= k:
+            self._finish(self.finished)
+        return np.array(rows)
+
+    def _attn(self, row: int) -> np.ndarray | None:
+        if not self.options.attention:
+            return None
+        n = len(self.src)
+        return np.stack(self.attn[row]) if self.attn[row] else np.zeros((0, n), dtype=np.float32)
+
+    def _finish_live(self) -> None:
+        """At the length limit: live hypotheses are finished as they stand."""
+        if self.k == 1:
+            self._finish([Hypothesis(self.beams[0], float(self.scores[0]), self._attn(0))])
+            return
+        for row in range(self.k):
+            if self.scores[row] > NEG_INF:
+                hyp = self.beams[row]
+                self.finished.append(Hypothesis(hyp, float(self.scores[row]) / length_penalty(len(hyp),
+                                                                                              self.options.alpha),
+                                                self._attn(row)))
+        self._finish(self.finished)
+
+    def _finish(self, hyps: list[Hypothesis]) -> None:
+        self.done = True
+        ranked = sorted(hyps, key=lambda h: h.score, reverse=True) if self.k > 1 else hyps
+        self.result = ranked[: self.options.n_best]
+
+
+class Batch:
+    """The running batch: rows of every active job, their caches and masks."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.jobs: list[Job] = []
+        self.src_mask = np.zeros((0, 0), dtype=bool)
+        self.cross_k = runtime.empty_cache(0)
+        self.cross_v = runtime.empty_cache(0)
+        self.past_k = runtime.empty_cache(0)
+        self.past_v = runtime.empty_cache(0)
+        self.past_mask = np.zeros((0, 0), dtype=bool)
+
+    @property
+    def rows(self) -> int:
+        return self.src_mask.shape[0]
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def add(self, jobs: list[Job], cross_k: np.ndarray, cross_v: np.ndarray, src_mask: np.ndarray) -> None:
+        """Jobs join with one encoder output row each; every beam row gets its source's K/V."""
+        per_row = np.repeat(np.arange(len(jobs)), [j.k for j in jobs])
+        ck, cv, sm = cross_k[:, per_row], cross_v[:, per_row], src_mask[per_row]
+        s = max(self.src_mask.shape[1], sm.shape[1])
+        new_rows, p = len(per_row), self.past_mask.shape[1]
+        self.cross_k = np.concatenate([_pad_axis(self.cross_k, 3, s), _pad_axis(ck, 3, s)], axis=1)
+        self.cross_v = np.concatenate([_pad_axis(self.cross_v, 3, s), _pad_axis(cv, 3, s)], axis=1)
+        self.src_mask = np.concatenate([_pad_axis(self.src_mask, 1, s), _pad_axis(sm, 1, s)], axis=0)
+        self.past_k = np.concatenate([self.past_k, self.rt.empty_cache(new_rows, p)], axis=1)
+        self.past_v = np.concatenate([self.past_v, self.rt.empty_cache(new_rows, p)], axis=1)
+        self.past_mask = np.concatenate([self.past_mask, np.zeros((new_rows, p), dtype=bool)], axis=0)
+        self.jobs.extend(jobs)
+
+    def remove(self, leaving: set[int]) -> None:
+        """Drop the rows of the jobs whose ids are in ``leaving``; trim unused padding."""
+        if not leaving:
+            return
+        keep_rows = np.concatenate([np.full(j.k, j.id not in leaving) for j in self.jobs]) if self.jobs else []
+        self.jobs = [j for j in self.jobs if j.id not in leaving]
+        self.src_mask = self.src_mask[keep_rows]
+        self.past_mask = self.past_mask[keep_rows]
+        # Sources are right-padded: keep columns up to the longest remaining source.
+        s = int(self.src_mask.any(axis=0).nonzero()[0].max()) + 1 if self.src_mask.any() else 0
+        # The cache: drop leading columns that no remaining row uses.
+        used = self.past_mask.any(axis=0).nonzero()[0]
+        start = int(used[0]) if used.size else self.past_mask.shape[1]
+        self.src_mask = self.src_mask[:, :s]
+        self.past_mask = self.past_mask[:, start:]
+        self.cross_k = self.cross_k[:, keep_rows, :, :s]
+        self.cross_v = self.cross_v[:, keep_rows, :, :s]
+        self.past_k = self.past_k[:, keep_rows, :, start:]
+        self.past_v = self.past_v[:, keep_rows, :, start:]
+
+    def step(self) -> list[Job]:
+        """One decoder step for every row; returns the jobs that finished."""
+        input_ids = np.concatenate([j.last for j in self.jobs])[:, None]
+        positions = np.concatenate([np.full(j.k, j.step, dtype=np.int64) for j in self.jobs])[:, None]
+        logits, self.past_k, self.past_v, attention = self.rt.step(
+            input_ids, positions, self.past_mask, self.src_mask, self.cross_k, self.cross_v, self.past_k, self.past_v)
+        self.past_mask = np.concatenate([self.past_mask, np.ones((self.rows, 1), dtype=bool)], axis=1)
+        logp = log_softmax(logits)
+        perm: np.ndarray | None = None
+        finished = []
+        offset = 0
+        for job in self.jobs:
+            rows = slice(offset, offset + job.k)
+            attn = attention[rows, : len(job.src)].astype(np.float32) if job.options.attention else None
+            local = job.advance(logp[rows], attn)
+            if local is not None and not np.array_equal(local, np.arange(job.k)):
+                if perm is None:
+                    perm = np.arange(self.rows)
+                perm[rows] = offset + local
+            if job.done:
+                finished.append(job)
+            offset += job.k
+        if perm is not None:
+            self.past_k, self.past_v = self.past_k[:, perm], self.past_v[:, perm]
+            self.past_mask = self.past_mask[perm]
+        return finished
+
+
+def _pad_axis(x: np.ndarray, axis: int, size: int) -> np.ndarray:
+    if x.shape[axis] == size:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, size - x.shape[axis])
+    return np.pad(x, widths)
+
+
+def encode_jobs(runtime: Runtime, jobs: list[Job]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One encoder run for several newcomers (right-padded together)."""
+    width = max(len(j.src) for j in jobs)
+    src = np.full((len(jobs), width), jobs[0].pad, dtype=np.int64)
+    for i, j in enumerate(jobs):
+        src[i, : len(j.src)] = j.src
+    cross_k, cross_v = runtime.encode(src)
+    return cross_k, cross_v, src != jobs[0].pad
+
+
+def decode_all(runtime: Runtime, jobs: list[Job]) -> list[list[Hypothesis]]:
+    """Offline decoding of a fixed set of jobs in one batch (benchmarks, warm-up)."""
+    batch = Batch(runtime)
+    batch.add(jobs, *encode_jobs(runtime, jobs))
+    while batch.jobs:
+        batch.remove({j.id for j in batch.step()})
+    return [j.result or [] for j in jobs]

@@ -1,0 +1,98 @@
+"""The server's continuous-batching decoder against the PyTorch reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from export.package import ModelPackage
+from server.decoding import Batch, DecodeOptions, Job, decode_all, encode_jobs
+from server.runtime import Runtime, RuntimeOptions
+from training import checkpoint as ckpt_io
+from training.decode import beam_search, greedy_search
+
+TEXTS = [
+    "Jesus wept.",
+    "In the beginning was the Word, and the Word was with God, and the Word was God.",
+    "He said,",
+    "The same was in the beginning with God.",
+    "All things were made through him. Without him was not anything made that has been made.",
+    "Peace be with you.",
+]
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_package, tiny_checkpoint):
+    rt = Runtime(ModelPackage.load(tiny_package), RuntimeOptions(device="cpu", threads=1))
+    model, _, ckpt = ckpt_io.load_model(tiny_checkpoint)
+    return rt, model, ckpt_io.load_tokenizer(ckpt)
+
+
+def job(tok, text: str, **opts) -> Job:
+    src = tok.encode_source(text, "de")
+    return Job(src, DecodeOptions(**opts), max_len=min(255, int(1.5 * len(src)) + 10), bos=2, eos=3, pad=0)
+
+
+def reference_greedy(model, tok, text):
+    src = torch.tensor([tok.encode_source(text, "de")])
+    return greedy_search(model, src)[0]
+
+
+def test_greedy_alone_equals_reference(setup):
+    rt, model, tok = setup
+    for text in TEXTS:
+        [[hyp]] = decode_all(rt, [job(tok, text)])
+        ref = reference_greedy(model, tok, text)
+        assert hyp.tokens == ref.tokens
+        assert hyp.score == pytest.approx(ref.score, abs=1e-3)
+
+
+def test_beam_n_best_equals_reference(setup):
+    rt, model, tok = setup
+    for text in TEXTS:
+        [hyps] = decode_all(rt, [job(tok, text, beam_size=4, n_best=3)])
+        src = torch.tensor([tok.encode_source(text, "de")])
+        ref = beam_search(model, src, beam_size=4, n_best=3)[0]
+        assert [h.tokens for h in hyps] == [h.tokens for h in ref]
+        assert [round(h.score, 3) for h in hyps] == [round(h.score, 3) for h in ref]
+
+
+def test_staggered_joins_mixed_greedy_and_beam_give_the_solo_results(setup):
+    """Jobs join a running batch at different steps, with different beam sizes."""
+    rt, _, tok = setup
+    solo = [decode_all(rt, [job(tok, t, beam_size=1 + i % 3, n_best=1)])[0] for i, t in enumerate(TEXTS)]
+    batch = Batch(rt)
+    jobs = [job(tok, t, beam_size=1 + i % 3, n_best=1) for i, t in enumerate(TEXTS)]
+    pending = list(jobs)
+    steps = 0
+    while pending or batch.jobs:
+        if pending and steps % 2 == 0:  # one or two newcomers every other step
+            new, pending = pending[:2], pending[2:]
+            batch.add(new, *encode_jobs(rt, new))
+        batch.remove({j.id for j in batch.step()})
+        steps += 1
+        assert batch.past_mask.shape[1] <= 80  # compaction keeps the cache bounded
+    for j, s in zip(jobs, solo):
+        assert [h.tokens for h in j.result] == [h.tokens for h in s]
+
+
+def test_attention_rows_follow_the_tokens(setup):
+    rt, _, tok = setup
+    [[hyp]] = decode_all(rt, [job(tok, TEXTS[1], attention=True)])
+    n_src = len(tok.encode_source(TEXTS[1], "de"))
+    assert hyp.attention.shape == (len(hyp.tokens), n_src)
+    assert np.allclose(hyp.attention.sum(axis=1), 1.0, atol=1e-4)
+    [[beam]] = decode_all(rt, [job(tok, TEXTS[1], attention=True, beam_size=3)])
+    assert beam.attention.shape == (len(beam.tokens), n_src)
+
+
+def test_length_limits(setup):
+    rt, _, tok = setup
+    src = tok.encode_source(TEXTS[0], "de")
+    j = Job(src, DecodeOptions(min_len=7), max_len=7, bos=2, eos=3, pad=0)
+    [[hyp]] = decode_all(rt, [j])
+    assert len(hyp.tokens) == 7
+    j = Job(src, DecodeOptions(beam_size=2, n_best=2), max_len=3, bos=2, eos=3, pad=0)
+    [hyps] = decode_all(rt, [j])
+    assert 1 <= len(hyps) <= 2 and all(len(h.tokens) <= 3 for h in hyps)
