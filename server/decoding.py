@@ -249,6 +249,19 @@ class Batch:
         return finished
 
 
+    def probe(self, job: Job) -> bool:
+        """Run one job's rows alone through the decoder, changing nothing: does it succeed?"""
+        offset = sum(j.k for j in itertools.takewhile(lambda j: j is not job, self.jobs))
+        rows = slice(offset, offset + job.k)
+        try:
+            self.rt.step(job.last[:, None], np.full((job.k, 1), job.step, dtype=np.int64), self.past_mask[rows],
+                         self.src_mask[rows], self.cross_k[:, rows], self.cross_v[:, rows], self.past_k[:, rows],
+                         self.past_v[:, rows])
+        except Exception:
+            return False
+        return True
+
+
 def _pad_axis(x: np.ndarray, axis: int, size: int) -> np.ndarray:
     if x.shape[axis] == size:
         return x

@@ -1,0 +1,197 @@
+"""``nmt-serve``: load model packages, warm up, serve gRPC; SIGTERM drains.
+
+    nmt-serve --model packages/small-ende --port 50051 --device auto --metrics-port 9090
+
+``build_server(cfg)`` does everything but wait, so tests run the server in-process on
+port 0; ``main()`` adds the command line, logging and signal handling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import sentencepiece as spm
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from export.package import ModelPackage, PackageError
+from nmt.v1 import translator_pb2 as pb
+from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server.config import ServerConfig, parse_args
+from server.decoding import DecodeOptions, Job, decode_all
+from server.metrics import Metrics
+from server.runtime import Runtime, RuntimeOptions
+from server.scheduler import Scheduler, SchedulerLimits
+from server.service import LoadedModel, TranslatorService
+
+log = logging.getLogger("nmt.server")
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Translator"].full_name  # "nmt.v1.Translator"
+OPEN_METHODS = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # reachable without the bearer token
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    port: int
+    metrics_port: int | None
+    service: TranslatorService
+    health: health_aio.HealthServicer
+    models: dict[str, LoadedModel]
+
+    async def drain(self, grace: float) -> None:
+        """Health NOT_SERVING, new work UNAVAILABLE, in-flight work finishes (within grace)."""
+        self.service.draining = True
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        for m in self.models.values():
+            m.scheduler.stop()
+
+
+def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
+    models: dict[str, LoadedModel] = {}
+    for spec in cfg.model:
+        name, sep, directory = spec.partition("=")
+        if not sep:
+            name, directory = Path(spec).name, spec
+        if name in models:
+            raise ValueError(f"two models are named {name!r}; name them with NAME=DIR")
+        package = ModelPackage.load(directory)
+        runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8))
+        tokenizer = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
+        if tokenizer.get_piece_size() != package.dims.vocab_size:
+            raise PackageError(package.path, [f"tokenizer has {tokenizer.get_piece_size()} pieces, model.json says "
+                                              f"{package.dims.vocab_size}"])
+        limits = SchedulerLimits(cfg.max_batch_rows, cfg.max_tokens_in_flight, cfg.max_queue)
+        scheduler = Scheduler(runtime, limits, metrics, name)
+        models[name] = LoadedModel(name, package, tokenizer, scheduler)
+        log.info("model %s: %s, pairs %s, %s on %s (%s)", name, package.path, ", ".join(package.pairs),
+                 runtime.variant, runtime.device, ", ".join(runtime.providers))
+    return models
+
+
+def warm_up(model: LoadedModel) -> None:
+    """A real decode through both graphs before the server reports SERVING."""
+    pair = model.package.pairs[0]
+    tag = model.package.language_tags[pair.split("-")[1]]
+    special = model.package.special_ids
+    src = [tag, *model.tokenizer.encode("warm up"), special["eos"]]
+    for beam in (1, 2):
+        [hyps] = decode_all(model.scheduler.rt, [Job(src, DecodeOptions(beam_size=beam), max_len=4,
+                                                     bos=special["bos"], eos=special["eos"], pad=special["pad"])])
+        if not hyps:
+            raise RuntimeError(f"warm-up decode of model {model.name} gave no hypothesis")
+
+
+class TokenAuth(grpc.aio.ServerInterceptor):
+    """Every RPC except health and reflection needs ``authorization: Bearer <token>``."""
+
+    def __init__(self, token: str) -> None:
+        self.expected = f"Bearer {token}".encode()
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        if handler is None or details.method.startswith(OPEN_METHODS):
+            return handler
+        given = dict(details.invocation_metadata or ()).get("authorization", "")
+        if hmac.compare_digest(str(given).encode(), self.expected):
+            return handler
+
+        async def deny(request_or_iterator, context):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+        async def deny_stream(request_or_iterator, context):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+            yield  # pragma: no cover  (makes this an async generator)
+
+        kinds = {(False, False): grpc.unary_unary_rpc_method_handler,
+                 (True, False): grpc.stream_unary_rpc_method_handler,
+                 (False, True): grpc.unary_stream_rpc_method_handler,
+                 (True, True): grpc.stream_stream_rpc_method_handler}
+        make = kinds[(handler.request_streaming, handler.response_streaming)]
+        return make(deny_stream if handler.response_streaming else deny,
+                    request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+
+
+async def build_server(cfg: ServerConfig) -> RunningServer:
+    """Bind and start with health NOT_SERVING, load and warm up the models, then SERVING.
+
+    A package that fails to load stops the server and raises (a clear start-up error)."""
+    metrics = Metrics()
+    options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
+               ("grpc.max_send_message_length", cfg.max_message_bytes),
+               ("grpc.so_reuseport", 0)]
+    interceptors = [TokenAuth(cfg.auth_token)] if cfg.auth_token else []
+    server = grpc.aio.server(options=options, interceptors=interceptors)
+    health = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    service = TranslatorService({}, cfg, metrics)  # answers UNAVAILABLE until the models are in
+    pb_grpc.add_TranslatorServicer_to_server(service, server)
+    reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                         reflection.SERVICE_NAME), server)
+    address = f"{cfg.host}:{cfg.port}"
+    if cfg.tls_cert:
+        client_ca = Path(cfg.tls_client_ca).read_bytes() if cfg.tls_client_ca else None
+        creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(), Path(cfg.tls_cert).read_bytes())],
+                                            root_certificates=client_ca, require_client_auth=client_ca is not None)
+        port = server.add_secure_port(address, creds)
+    else:
+        port = server.add_insecure_port(address)
+    metrics_port = metrics.serve(cfg.metrics_port, cfg.metrics_host) if cfg.metrics_port >= 0 else None
+    await server.start()
+    try:
+        models = await asyncio.to_thread(load_models, cfg, metrics)
+        for m in models.values():
+            await asyncio.to_thread(warm_up, m)
+            m.scheduler.start()
+    except BaseException:
+        await server.stop(None)
+        raise
+    service.set_models(models)
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return RunningServer(server, port, metrics_port, service, health, models)
+
+
+async def serve(cfg: ServerConfig) -> int:
+    started = time.monotonic()
+    running = await build_server(cfg)
+    log.info("serving %s on port %d%s (metrics %s) in %.1fs", ", ".join(running.models), running.port,
+             " with TLS" if cfg.tls_cert else "", running.metrics_port if running.metrics_port else "off",
+             time.monotonic() - started)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("signal received: draining (grace %.0fs)", cfg.grace_seconds)
+    await running.drain(cfg.grace_seconds)
+    log.info("stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    log.info("configuration: %s", json.dumps(cfg.redacted(), sort_keys=True))
+    try:
+        return asyncio.run(serve(cfg))
+    except (PackageError, ValueError, OSError) as e:
+        log.error("cannot start: %s", e)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

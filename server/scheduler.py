@@ -1,0 +1,215 @@
+"""One scheduler per model: a bounded queue and a decoding thread that batches continuously.
+
+gRPC handlers only validate, ``submit`` and await the returned future. The thread, at
+every step: evicts cancelled and expired jobs (freeing their rows), admits waiting jobs
+while the batch has rows and tokens to spare (one encoder run for all newcomers), runs
+one decoder step for every row and resolves the jobs that finished. onnxruntime releases
+the GIL while it runs, so the event loop stays responsive.
+
+A failure is confined to the job that caused it: a failing encoder run for several
+newcomers is retried one by one, and a failing step is probed job by job, so one bad
+item fails alone while the others carry on.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from server.decoding import Batch, Job, encode_jobs
+from server.metrics import Metrics
+from server.runtime import Runtime
+
+log = logging.getLogger("nmt.server")
+
+
+class QueueFull(Exception):
+    """The waiting queue is full: the caller gets RESOURCE_EXHAUSTED at once."""
+
+
+class DeadlineExpired(Exception):
+    """The job's deadline passed before it finished; its rows were freed."""
+
+
+class JobCancelled(Exception):
+    """The caller went away; its rows were freed."""
+
+
+class JobFailed(Exception):
+    """The model failed on this job (the others in its batch were not affected)."""
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    max_batch_rows: int = 64  # beam rows decoded together in one step
+    max_tokens_in_flight: int = 65536  # sum over running jobs of rows x (source + max output) tokens
+    max_queue: int = 1024  # jobs waiting to join the batch
+
+
+@dataclass(eq=False)
+class Ticket:
+    job: Job
+    deadline: float | None  # time.monotonic() value
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    enqueued: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+
+    @property
+    def cost(self) -> int:
+        return self.job.k * (len(self.job.src) + self.job.max_len)
+
+
+class Scheduler:
+    def __init__(self, runtime: Runtime, limits: SchedulerLimits, metrics: Metrics | None = None,
+                 name: str = "model") -> None:
+        self.rt, self.limits, self.metrics, self.name = runtime, limits, metrics, name
+        self._queue: collections.deque[Ticket] = collections.deque()
+        self._cond = threading.Condition()
+        self._running: dict[int, Ticket] = {}
+        self._batch = Batch(runtime)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=f"decode-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def submit(self, job: Job, deadline: float | None = None) -> Ticket:
+        ticket = Ticket(job, deadline)
+        with self._cond:
+            if self._stopping:
+                raise QueueFull("the server is shutting down")
+            if len(self._queue) >= self.limits.max_queue:
+                raise QueueFull(f"the queue of model {self.name} is full ({self.limits.max_queue} texts waiting)")
+            if ticket.cost > self.limits.max_tokens_in_flight or job.k > self.limits.max_batch_rows:
+                raise ValueError(f"one text needs {ticket.cost} tokens and {job.k} rows; this server's limits "
+                                 f"are {self.limits.max_tokens_in_flight} tokens and {self.limits.max_batch_rows} rows")
+            self._queue.append(ticket)
+            self._cond.notify_all()
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        """Mark a ticket cancelled; its rows leave the batch before the next step."""
+        ticket.cancelled = True
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    # ------------------------------------------------------------ the decoding thread
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._queue and not self._running:
+                    self._cond.wait()
+                if self._stopping:
+                    break
+            try:
+                self._evict()
+                self._admit()
+                if self._running:
+                    self._step()
+            except Exception:  # never let the thread die: fail what is running, keep serving
+                log.exception("decoding loop error; failing the jobs in flight")
+                for t in list(self._running.values()):
+                    self._resolve(t, JobFailed("internal error while decoding"))
+                self._running.clear()
+                self._batch = Batch(self.rt)
+        for t in [*self._queue, *self._running.values()]:
+            self._resolve(t, JobCancelled("the server stopped"))
+
+    def _evict(self) -> None:
+        now = time.monotonic()
+        gone = set()
+        for jid, t in self._running.items():
+            if t.cancelled or (t.deadline is not None and now >= t.deadline):
+                self._resolve(t, JobCancelled("cancelled") if t.cancelled else DeadlineExpired("deadline exceeded"))
+                gone.add(jid)
+        if gone:
+            self._batch.remove(gone)
+            for jid in gone:
+                del self._running[jid]
+
+    def _admit(self) -> None:
+        now = time.monotonic()
+        rows = self._batch.rows
+        tokens = sum(t.cost for t in self._running.values())
+        admitted: list[Ticket] = []
+        with self._cond:
+            while self._queue:
+                t = self._queue[0]
+                if t.cancelled or (t.deadline is not None and now >= t.deadline):
+                    self._queue.popleft()
+                    self._resolve(t, JobCancelled("cancelled") if t.cancelled else DeadlineExpired("deadline exceeded"))
+                    continue
+                if rows + t.job.k > self.limits.max_batch_rows or tokens + t.cost > self.limits.max_tokens_in_flight:
+                    break
+                self._queue.popleft()
+                admitted.append(t)
+                rows += t.job.k
+                tokens += t.cost
+        if not admitted:
+            return
+        if self.metrics:
+            for t in admitted:
+                self.metrics.queue_seconds.observe(now - t.enqueued)
+        try:
+            groups = [(admitted, encode_jobs(self.rt, [t.job for t in admitted]))]
+        except Exception:  # isolate the bad source(s)
+            groups = []
+            for t in admitted:
+                try:
+                    groups.append(([t], encode_jobs(self.rt, [t.job])))
+                except Exception as e:
+                    log.warning("encoder failed on one text (%s); failing it alone", str(e).splitlines()[0])
+                    self._resolve(t, JobFailed("the model could not encode this text"))
+        for tickets, encoded in groups:
+            self._batch.add([t.job for t in tickets], *encoded)
+            for t in tickets:
+                self._running[t.job.id] = t
+
+    def _step(self) -> None:
+        rows = self._batch.rows
+        try:
+            finished = self._batch.step()
+        except Exception as e:
+            log.warning("decoder step failed (%s); probing job by job", str(e).splitlines()[0])
+            bad = {j.id for j in self._batch.jobs if not self._batch.probe(j)}
+            if not bad:  # not reproducible job by job: fail them all rather than loop
+                bad = {j.id for j in self._batch.jobs}
+            for jid in bad:
+                self._resolve(self._running.pop(jid), JobFailed("the model failed while decoding this text"))
+            self._batch.remove(bad)
+            return
+        if self.metrics:
+            self.metrics.batch_rows.observe(rows)
+            self.metrics.tokens_generated.inc(rows)
+        if finished:
+            self._batch.remove({j.id for j in finished})
+            for j in finished:
+                self._resolve(self._running.pop(j.id), None)
+        if self.metrics:
+            self.metrics.in_flight.labels(self.name).set(len(self._running))
+
+    def _resolve(self, t: Ticket, error: Exception | None) -> None:
+        if t.future.done():
+            return
+        if error is None:
+            t.future.set_result(t.job.result)
+        else:
+            t.future.set_exception(error)

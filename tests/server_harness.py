@@ -1,0 +1,48 @@
+"""Run a real server in-process (its own event loop in a thread) on a free localhost port."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from pathlib import Path
+
+import grpc
+
+from nmt.v1 import translator_pb2 as pb
+from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server.config import ServerConfig
+from server.main import RunningServer, build_server
+
+
+class ServerThread:
+    def __init__(self, package: Path, **overrides) -> None:
+        self.cfg = dataclasses.replace(ServerConfig(model=(f"tiny={package}",), host="127.0.0.1", port=0,
+                                                    device="cpu", threads=1, metrics_port=0,
+                                                    metrics_host="127.0.0.1"), **overrides)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.running: RunningServer = self.call(build_server(self.cfg), timeout=120)
+        self.port = self.running.port
+        self.address = f"127.0.0.1:{self.port}"
+
+    def call(self, coro, timeout: float = 30):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stub(self, channel: grpc.Channel | None = None) -> pb_grpc.TranslatorStub:
+        return pb_grpc.TranslatorStub(channel or grpc.insecure_channel(self.address))
+
+    @property
+    def scheduler(self):
+        return self.running.models["tiny"].scheduler
+
+    def stop(self) -> None:
+        self.call(self.running.drain(1.0))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def request(*texts: str, src: str = "en", tgt: str = "de", **options) -> pb.TranslateRequest:
+    return pb.TranslateRequest(texts=list(texts), source_lang=src, target_lang=tgt,
+                               options=pb.DecodingOptions(**options))

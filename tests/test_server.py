@@ -1,0 +1,205 @@
+"""The gRPC server against a real tiny model package, on a free localhost port."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import random
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from export.package import ModelPackage
+from nmt.v1 import translator_pb2 as pb
+from server.decoding import DecodeOptions, Job, decode_all
+from server.runtime import Runtime, RuntimeOptions
+from tests.server_harness import ServerThread, request
+
+TEXTS = [
+    "Jesus wept.",
+    "In the beginning was the Word, and the Word was with God, and the Word was God.",
+    "He said,",
+    "The same was in the beginning with God.",
+    "All things were made through him. Without him was not anything made that has been made.",
+    "Peace be with you.",
+    "Ünïcödé — “quotes” and 数字 123",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_package):
+    s = ServerThread(tiny_package, max_texts=16, max_chars=500, max_tokens=64, max_message_bytes=64 * 1024)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def stub(server):
+    return server.stub()
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_package):
+    """Greedy translation of one text decoded on its own (the reference for batching)."""
+    import sentencepiece as spm
+
+    package = ModelPackage.load(tiny_package)
+    rt = Runtime(package, RuntimeOptions(device="cpu", threads=1))
+    sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
+
+    def translate(text: str, tgt: str = "de") -> str:
+        src = [package.language_tags[tgt], *sp.encode(text), 3]
+        [[hyp]] = decode_all(rt, [Job(src, DecodeOptions(), max_len=min(255, int(1.5 * len(src)) + 10),
+                                      bos=2, eos=3, pad=0)])
+        return sp.decode(hyp.tokens)
+
+    return translate
+
+
+def code_and_details(fn):
+    with pytest.raises(grpc.RpcError) as err:
+        fn()
+    return err.value.code(), err.value.details()
+
+
+def test_translate_keeps_order_and_equals_translating_alone(stub, alone):
+    response = stub.Translate(request(*TEXTS))
+    assert [t.hypotheses[0].text for t in response.translations] == [alone(t) for t in TEXTS]
+    assert response.model == "tiny"
+
+
+def test_empty_list_and_empty_strings(server, stub, alone):
+    assert list(stub.Translate(request()).translations) == []
+    before = server.scheduler.rt  # the model is not touched for empty strings: nothing is queued
+    response = stub.Translate(request("", "Jesus wept.", "   "))
+    assert [t.hypotheses[0].text for t in response.translations] == ["", alone("Jesus wept."), ""]
+    assert server.scheduler.rt is before and server.scheduler.in_flight == 0
+
+
+def test_limits_give_invalid_argument_naming_item_and_limit(stub):
+    assert code_and_details(lambda: stub.Translate(request("ok", "x" * 501))) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "texts[1]: 501 characters; the limit is 500")
+    assert code_and_details(lambda: stub.Translate(request(*["a"] * 17))) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "texts: 17 texts in one request; the limit is 16")
+    code, details = code_and_details(lambda: stub.Translate(request("word " * 80)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("texts[0]: ")
+    assert details.endswith("tokens; the limit is 64")
+    assert code_and_details(lambda: stub.Translate(request("a", beam_size=9))) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "options.beam_size: 9; the limit is 8")
+    assert code_and_details(lambda: stub.Translate(request("a", beam_size=2, num_hypotheses=3))) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "options.num_hypotheses: 3 is more than beam_size 2")
+    assert code_and_details(lambda: stub.Translate(request("a", length_penalty=float("nan"))))[0] == \
+        grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_unknown_pair_or_model_names_what_is_supported(stub):
+    assert code_and_details(lambda: stub.Translate(request("a", src="en", tgt="fr"))) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "language pair 'en-fr' is not supported by model 'tiny'; supported: en-de, de-en")
+    r = request("a")
+    r.model = "big"
+    assert code_and_details(lambda: stub.Translate(r)) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "unknown model 'big'; loaded: tiny")
+
+
+def test_oversized_message_is_resource_exhausted(stub):
+    code, _ = code_and_details(lambda: stub.Translate(request(*["y" * 400] * 200)))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_n_best_scores_and_attention(stub):
+    response = stub.Translate(request(TEXTS[1], beam_size=4, num_hypotheses=3, return_scores=True,
+                                      return_attention=True))
+    hyps = response.translations[0].hypotheses
+    assert len(hyps) == 3 and hyps[0].score >= hyps[1].score >= hyps[2].score
+    h = hyps[0]
+    assert h.source_pieces[0] == "<2de>" and h.source_pieces[-1] == "</s>"
+    matrix = np.array(h.attention).reshape(len(h.target_pieces), len(h.source_pieces))
+    assert np.allclose(matrix.sum(axis=1), 1.0, atol=1e-4)
+
+
+def test_batching_invariance_under_concurrency(stub, alone):
+    rng = random.Random(7)
+    mixes = [[rng.choice(TEXTS) for _ in range(rng.randint(1, 4))] for _ in range(24)]
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        responses = list(pool.map(lambda texts: stub.Translate(request(*texts)), mixes))
+    for texts, response in zip(mixes, responses):
+        assert [t.hypotheses[0].text for t in response.translations] == [alone(t) for t in texts]
+
+
+def test_stream_answers_every_request_with_its_id(stub, alone):
+    requests = [request(TEXTS[i % len(TEXTS)]) for i in range(20)]
+    for i, r in enumerate(requests):
+        r.request_id = f"r{i}"
+    requests[5].target_lang = "xx"  # fails in-band, the stream goes on
+    answers = {a.request_id: a for a in stub.TranslateStream(iter(requests))}
+    assert sorted(answers) == sorted(f"r{i}" for i in range(20))
+    assert answers["r5"].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "language pair 'en-xx' is not supported" in answers["r5"].error.message
+    assert answers["r3"].translations[0].hypotheses[0].text == alone(TEXTS[3])
+
+
+def test_list_models(stub):
+    [m] = stub.ListModels(pb.ListModelsRequest()).models
+    assert (m.name, list(m.pairs), m.device, m.variant) == ("tiny", ["en-de", "de-en"], "cpu", "fp32")
+    assert (m.max_texts_per_request, m.max_chars_per_text, m.max_tokens_per_text, m.max_beam_size) == (16, 500, 64, 8)
+
+
+def test_health_and_reflection(server):
+    channel = grpc.insecure_channel(server.address)
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "nmt.v1.Translator"):
+        status = health.Check(health_pb2.HealthCheckRequest(service=service)).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
+    reflect = reflection_pb2_grpc.ServerReflectionStub(channel)
+    [answer] = reflect.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    names = {s.name for s in answer.list_services_response.service}
+    assert {"nmt.v1.Translator", "grpc.health.v1.Health"} <= names
+
+
+def test_deadline_exceeded_frees_the_slot(server, stub):
+    long_text = TEXTS[4]
+    code, _ = code_and_details(lambda: stub.Translate(request(*[long_text] * 8, beam_size=8), timeout=0.01))
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+    _wait_until(lambda: server.scheduler.in_flight == 0 and server.scheduler.queued == 0)
+
+
+def test_cancelled_call_is_evicted(server, stub):
+    long_text = TEXTS[4]
+    future = stub.Translate.future(request(*[long_text] * 8, beam_size=8, max_output_tokens=200))
+    _wait_until(lambda: server.scheduler.in_flight > 0)
+    future.cancel()
+    _wait_until(lambda: server.scheduler.in_flight == 0 and server.scheduler.queued == 0)
+
+
+def test_metrics_count_what_was_sent(server, stub):
+    before = _metric(server, 'nmt_requests_total{code="OK",method="ListModels"}')
+    for _ in range(3):
+        stub.ListModels(pb.ListModelsRequest())
+    assert _metric(server, 'nmt_requests_total{code="OK",method="ListModels"}') == before + 3
+    texts_before = _metric(server, 'nmt_texts_total{model="tiny"}')
+    stub.Translate(request("Jesus wept.", "He said,"))
+    assert _metric(server, 'nmt_texts_total{model="tiny"}') == texts_before + 2
+    assert _metric(server, "nmt_tokens_generated_total") > 0
+    assert _metric(server, "nmt_batch_rows_count") > 0
+
+
+def _metric(server, name: str) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{server.running.metrics_port}/metrics", timeout=5).read()
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def _wait_until(cond, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
