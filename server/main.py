@@ -49,10 +49,14 @@ class RunningServer:
     models: dict[str, LoadedModel]
 
     async def drain(self, grace: float) -> None:
-        """Health NOT_SERVING, new work UNAVAILABLE, in-flight work finishes (within grace)."""
+        """Health NOT_SERVING and new work UNAVAILABLE at once; in-flight work finishes
+        (within ``grace`` seconds); then the server stops."""
         self.service.draining = True
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
+        deadline = time.monotonic() + grace
+        while self.service.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await self.server.stop(max(0.0, deadline - time.monotonic()))
         for m in self.models.values():
             m.scheduler.stop()
 

@@ -55,6 +55,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     def __init__(self, models: dict[str, LoadedModel], cfg: ServerConfig, metrics: Metrics) -> None:
         self.cfg, self.metrics = cfg, metrics
         self.draining = False
+        self.active = 0  # RPCs being handled (drain waits for them)
         self.set_models(models)
 
     def set_models(self, models: dict[str, LoadedModel]) -> None:
@@ -65,6 +66,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     async def Translate(self, request: pb.TranslateRequest, context: grpc.aio.ServicerContext) -> pb.TranslateResponse:
         start = time.monotonic()
         code = grpc.StatusCode.OK
+        self.active += 1
         try:
             if self.draining:
                 raise RequestError(grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry elsewhere")
@@ -77,6 +79,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             code = grpc.StatusCode.CANCELLED
             raise
         finally:
+            self.active -= 1
             self._observe("Translate", code, start)
 
     async def TranslateStream(self, request_iterator, context: grpc.aio.ServicerContext):
@@ -99,6 +102,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             await results.put(response)
 
         tasks = set()
+        self.active += 1
         try:
             async for request in request_iterator:
                 await window.acquire()
@@ -115,6 +119,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         finally:
             for task in tasks:
                 task.cancel()
+            self.active -= 1
             self._observe("TranslateStream", grpc.StatusCode.OK, start)
 
     async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:

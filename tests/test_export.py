@@ -66,7 +66,7 @@ def test_empty_past_prefill_equals_token_by_token(tiny_package, tiny_checkpoint)
     assert pk.shape[3] == 0
     prefix = [[2, 50, 60, 70], [2, 80, 90, 100]]
     logits, k, _, attn = _step(m, prefix, [[0, 1, 2, 3]] * 2, pm, src_mask, ck, cv, pk, pv)
-    assert k.shape == (2, 2, 2, 4, 16) and attn.shape == src.shape
+    assert k.shape == (2, 2, 4, 4, 16) and attn.shape == src.shape
     one_k, one_v, one_m = pk, pv, pm
     for t in range(4):
         one_logits, one_k, one_v, _ = _step(m, [[r[t]] for r in prefix], [[t]] * 2, one_m, src_mask, ck, cv,
@@ -131,7 +131,7 @@ def test_manifest_describes_the_package(tiny_package, tiny_checkpoint):
     assert manifest["language_tags"] == {"de": tok.tag_id("de"), "en": tok.tag_id("en")}
     assert manifest["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
     assert manifest["model"]["vocab_size"] == tok.vocab_size
-    assert manifest["provenance"]["step"] == 300
+    assert manifest["provenance"]["step"] == 600
     assert set(manifest["files"]) == {"encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx",
                                       "encoder.fp16.onnx", "decoder.fp16.onnx", "tokenizer.model"}
     assert manifest["graphs"]["decoder"]["inputs"] == list(contract.DECODER_INPUTS)

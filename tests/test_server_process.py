@@ -1,0 +1,249 @@
+"""The server as users run it (a subprocess), and behaviours that need their own server:
+drain on SIGTERM, start-up errors, device fallback, a full queue, failures confined to
+one item, TLS and bearer tokens."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from nmt.v1 import translator_pb2 as pb
+from nmt.v1 import translator_pb2_grpc as pb_grpc
+from tests.server_harness import ServerThread, request
+
+ROOT = Path(__file__).resolve().parents[1]
+LONG = "All things were made through him. Without him was not anything made that has been made."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(package: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "server.main", "--model", f"tiny={package}", "--host", "127.0.0.1",
+                             "--port", str(port), "--metrics-port", "-1", "--threads", "1", *extra],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, port
+
+
+def wait_serving(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    health = health_pb2_grpc.HealthStub(channel)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}: {proc.stderr.read()}")
+        try:
+            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
+                    health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("server did not become SERVING")
+
+
+def test_sigterm_drains_in_flight_work_and_exits_zero(tiny_package):
+    proc, port = start(tiny_package, "--grace-seconds", "20")
+    try:
+        wait_serving(port, proc)
+        stub = pb_grpc.TranslatorStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        in_flight = stub.Translate.future(request(*["He said,", LONG] * 32, beam_size=8, max_output_tokens=200))
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert not in_flight.done()
+        with pytest.raises(grpc.RpcError) as err:  # new work while draining
+            stub.Translate(request("Jesus wept."), timeout=5)
+        assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNAVAILABLE,
+                                                           "the server is shutting down; retry elsewhere")
+        health = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        response = in_flight.result(timeout=60)  # in-flight work finishes
+        assert [len(t.hypotheses) for t in response.translations] == [1] * 64
+        assert proc.wait(timeout=30) == 0
+        assert "draining" in proc.stderr.read()
+    finally:
+        proc.kill()
+
+
+def test_bad_model_package_is_a_clear_start_up_error(tiny_package, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_package, bad)
+    (bad / "tokenizer.model").write_bytes(b"garbage")
+    proc, _ = start(bad)
+    assert proc.wait(timeout=60) == 2
+    err = proc.stderr.read()
+    assert f"model package {bad} is not valid" in err
+    assert "tokenizer.model does not match its sha256 in model.json (corrupt or replaced)" in err
+    proc, _ = start(tmp_path / "nowhere")
+    assert proc.wait(timeout=60) == 2 and "the directory does not exist" in proc.stderr.read()
+
+
+def test_device_cuda_without_a_gpu_serves_on_cpu_with_one_warning(tiny_package):
+    proc, port = start(tiny_package, "--device", "cuda")
+    try:
+        wait_serving(port, proc)
+        [m] = pb_grpc.TranslatorStub(grpc.insecure_channel(f"127.0.0.1:{port}")).ListModels(
+            pb.ListModelsRequest()).models
+        assert m.device == "cpu"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    warnings = [line for line in proc.stderr.read().splitlines() if " WARNING " in line]
+    assert len(warnings) == 1 and "serving on the CPU" in warnings[0]
+
+
+def test_configuration_from_environment_variables(tiny_package):
+    from server.config import parse_args
+
+    cfg = parse_args([], {"NMT_MODEL": f"a={tiny_package},b={tiny_package}", "NMT_MAX_TEXTS": "7", "NMT_INT8": "true"})
+    assert cfg.model == (f"a={tiny_package}", f"b={tiny_package}") and cfg.max_texts == 7 and cfg.int8
+    assert parse_args(["--max-texts", "9", "--model", "x"], {"NMT_MAX_TEXTS": "7"}).max_texts == 9  # flags win
+    with pytest.raises(SystemExit):
+        parse_args([], {"NMT_MAX_TEXTS": "many", "NMT_MODEL": "x"})
+
+
+def test_full_queue_rejects_fast_with_resource_exhausted(tiny_package):
+    s = ServerThread(tiny_package, max_queue=1, max_batch_rows=1)
+    try:
+        stub = s.stub()
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            futures = [pool.submit(stub.Translate, request(LONG, max_output_tokens=100)) for _ in range(16)]
+            outcomes = []
+            for f in futures:
+                try:
+                    f.result()
+                    outcomes.append("ok")
+                except grpc.RpcError as e:
+                    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                    assert e.details() == "server busy: the queue of model tiny is full (1 texts waiting); retry " \
+                                          "with backoff"
+                    outcomes.append("busy")
+        assert "ok" in outcomes and "busy" in outcomes
+    finally:
+        s.stop()
+
+
+def test_a_failing_item_fails_alone(tiny_package):
+    """The encoder fails on one source and the decoder on another; everyone else is served."""
+    s = ServerThread(tiny_package)
+    try:
+        rt = s.scheduler.rt
+        sp = s.running.models["tiny"].tokenizer
+        texts = ["Jesus wept.", "The Pharisees", "He said,", "Lazarus Lazarus Lazarus Lazarus Lazarus", "Peace."]
+        lengths = [len(sp.encode(t)) + 2 for t in texts]  # tag + pieces + eos
+        enc_bad, dec_bad = lengths[1], lengths[3]
+        assert lengths.count(enc_bad) == 1 and lengths.count(dec_bad) == 1
+        real_encode, real_step = rt.encode, rt.step
+
+        def encode(src_ids):
+            if ((src_ids != 0).sum(axis=1) == enc_bad).any():
+                raise RuntimeError("injected encoder fault")
+            return real_encode(src_ids)
+
+        def step(input_ids, positions, past_mask, src_mask, *rest):
+            if (src_mask.sum(axis=1) == dec_bad).any():
+                raise RuntimeError("injected decoder fault")
+            return real_step(input_ids, positions, past_mask, src_mask, *rest)
+
+        rt.encode, rt.step = encode, step
+        stub = s.stub()
+        with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
+            futures = {t: pool.submit(stub.Translate, request(t)) for t in texts}
+        for t, f in futures.items():
+            if t in ("The Pharisees", "Lazarus Lazarus Lazarus Lazarus Lazarus"):
+                with pytest.raises(grpc.RpcError) as err:
+                    f.result()
+                assert err.value.code() == grpc.StatusCode.INTERNAL
+                assert "Traceback" not in err.value.details() and "injected" not in err.value.details()
+            else:
+                assert len(f.result().translations[0].hypotheses) == 1
+        rt.encode, rt.step = real_encode, real_step
+        assert len(stub.Translate(request("The Pharisees")).translations) == 1
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------- TLS and tokens
+def _certificates(tmp: Path) -> dict[str, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("test ca")).issuer_name(name("test ca"))
+          .public_key(ca_key.public_key()).serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    out = {"ca": tmp / "ca.pem"}
+    out["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    for who, san in (("server", "localhost"), ("client", "client")):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (x509.CertificateBuilder().subject_name(name(san)).issuer_name(ca.subject)
+                .public_key(key.public_key()).serial_number(2 if who == "server" else 3)
+                .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.SubjectAlternativeName([x509.DNSName(san)]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        out[f"{who}_cert"] = tmp / f"{who}.pem"
+        out[f"{who}_key"] = tmp / f"{who}.key"
+        out[f"{who}_cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        out[f"{who}_key"].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                        serialization.PrivateFormat.PKCS8,
+                                                        serialization.NoEncryption()))
+    return out
+
+
+def test_mutual_tls_and_bearer_token(tiny_package, tmp_path):
+    c = _certificates(tmp_path)
+    s = ServerThread(tiny_package, tls_cert=str(c["server_cert"]), tls_key=str(c["server_key"]),
+                     tls_client_ca=str(c["ca"]), auth_token="s3cret")
+    try:
+        options = (("grpc.ssl_target_name_override", "localhost"),)
+        target = f"localhost:{s.port}"
+        good = grpc.ssl_channel_credentials(c["ca"].read_bytes(), c["client_key"].read_bytes(),
+                                            c["client_cert"].read_bytes())
+        stub = pb_grpc.TranslatorStub(grpc.secure_channel(target, good, options))
+        token = (("authorization", "Bearer s3cret"),)
+        assert len(stub.Translate(request("Jesus wept."), metadata=token).translations) == 1
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Translate(request("Jesus wept."))
+        assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNAUTHENTICATED,
+                                                           "missing or wrong bearer token")
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.TranslateStream(iter([request("Jesus wept.")]), metadata=(("authorization", "Bearer no"),)))
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        health = health_pb2_grpc.HealthStub(grpc.secure_channel(target, good, options))
+        assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
+        no_client_cert = grpc.ssl_channel_credentials(c["ca"].read_bytes())
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.TranslatorStub(grpc.secure_channel(target, no_client_cert, options)).Translate(
+                request("Jesus wept."), metadata=token, timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(grpc.RpcError):
+            pb_grpc.TranslatorStub(grpc.insecure_channel(target)).Translate(request("x"), metadata=token, timeout=5)
+    finally:
+        s.stop()
