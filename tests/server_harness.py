@@ -26,6 +26,7 @@ class ServerThread:
         self.running: RunningServer = self.call(build_server(self.cfg), timeout=120)
         self.port = self.running.port
         self.address = f"127.0.0.1:{self.port}"
+        self.channel = grpc.insecure_channel(self.address)
 
     def call(self, coro, timeout: float = 30):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
