@@ -20,3 +20,17 @@ def test_cache_speedup_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
                        "onnxruntime int8, KV cache"}
     assert len(result["rows"]) == 8 and all(r["sentences_per_s"] > 0 for r in result["rows"])
     assert "vs no cache" in capsys.readouterr().out
+
+
+def test_server_throughput_smoke(tiny_package, tmp_path, capsys):
+    from bench.server_throughput import main as server_main
+
+    sources = tmp_path / "sources.txt"
+    sources.write_text("Jesus wept.\nIn the beginning was the Word.\nHe said,\nPeace be with you.\n")
+    out = tmp_path / "server.json"
+    assert server_main(["--package", str(tiny_package), "--sentences", "16", "--source-file", str(sources),
+                        "--levels", "1,4", "--threads", "1", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [r["clients"] for r in result["rows"]] == [1, 4]
+    assert result["offline_sentences_per_s"] > 0 and all(r["sentences_per_s"] > 0 for r in result["rows"])
+    assert "vs offline" in capsys.readouterr().out

@@ -1,0 +1,145 @@
+"""Server throughput under concurrent single-sentence clients vs offline batch decoding.
+
+    python -m bench.server_throughput --package packages/small-ende --sentences 256
+
+Starts ``nmt-serve`` as a subprocess on a free localhost port, then for each concurrency
+level runs that many closed-loop clients (one sentence per request, greedy) over the same
+sentences, and compares with offline decoding of those sentences in one process (the
+server's own decoder, batches of --batch-rows sorted by length). Same threads for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import sentencepiece as spm
+
+from export.package import ModelPackage
+from nmt.v1 import translator_pb2 as pb
+from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server.decoding import DecodeOptions, Job, decode_all
+from server.runtime import Runtime, RuntimeOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_sentences(package: ModelPackage, pair: str, n: int, source_file: Path | None) -> list[str]:
+    if source_file:
+        lines = [x for x in source_file.read_text(encoding="utf-8").splitlines() if x.strip()]
+    else:
+        from training.config import DataConfig
+        from training.data import bible_pairs
+
+        lines = [p.src for p in bible_pairs(DataConfig(directions=(pair,)), "test")]
+    return (lines * (n // max(len(lines), 1) + 1))[:n]
+
+
+def offline(package: ModelPackage, pair: str, sentences: list[str], threads: int, rows: int) -> float:
+    rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads))
+    sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
+    ids = package.special_ids
+    tag = package.language_tags[pair.split("-")[1]]
+    srcs = sorted(([tag, *sp.encode(s), ids["eos"]] for s in sentences), key=len)
+
+    def jobs_for(sources: list[list[int]]) -> list[Job]:
+        return [Job(s, DecodeOptions(), max_len=min(package.max_target_tokens, int(1.5 * len(s)) + 10),
+                    bos=ids["bos"], eos=ids["eos"], pad=ids["pad"]) for s in sources]
+
+    decode_all(rt, jobs_for(srcs[:rows]))  # warm-up
+    jobs = jobs_for(srcs)
+    start = time.perf_counter()
+    for i in range(0, len(jobs), rows):
+        decode_all(rt, jobs[i:i + rows])
+    return len(jobs) / (time.perf_counter() - start)
+
+
+async def clients(port: int, pair: str, sentences: list[str], concurrency: int) -> tuple[float, list[float]]:
+    src, tgt = pair.split("-")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.TranslatorStub(channel)
+        await stub.Translate(pb.TranslateRequest(texts=sentences[:1], source_lang=src, target_lang=tgt))
+        queue = list(reversed(sentences))
+        latencies: list[float] = []
+
+        async def worker() -> None:
+            while queue:
+                text = queue.pop()
+                t0 = time.perf_counter()
+                await stub.Translate(pb.TranslateRequest(texts=[text], source_lang=src, target_lang=tgt), timeout=600)
+                latencies.append(time.perf_counter() - t0)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return len(sentences) / (time.perf_counter() - start), sorted(latencies)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--package", required=True)
+    p.add_argument("--pair", help="default: the package's first pair")
+    p.add_argument("--sentences", type=int, default=256)
+    p.add_argument("--source-file", type=Path)
+    p.add_argument("--levels", default="1,8,64")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch-rows", type=int, default=64)
+    p.add_argument("--out", type=Path, default=Path("bench/results/server_throughput.json"))
+    args = p.parse_args(argv)
+    package = ModelPackage.load(args.package)
+    pair = args.pair or package.pairs[0]
+    sentences = load_sentences(package, pair, args.sentences, args.source_file)
+    offline_rate = offline(package, pair, sentences, args.threads, args.batch_rows)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "server.main", "--model", args.package, "--host", "127.0.0.1",
+                             "--port", str(port), "--metrics-port", "-1", "--device", "cpu", "--threads",
+                             str(args.threads), "--max-batch-rows", str(args.batch_rows), "--log-level", "WARNING"],
+                            env=env, cwd=ROOT)
+    rows = []
+    try:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        health = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        for _ in range(600):
+            try:
+                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                    break
+            except grpc.RpcError:
+                time.sleep(0.1)
+        for level in (int(x) for x in args.levels.split(",")):
+            rate, lat = asyncio.run(clients(port, pair, sentences, level))
+            rows.append({"clients": level, "sentences_per_s": round(rate, 2),
+                         "vs_offline": round(rate / offline_rate, 2), "p50_ms": round(1000 * lat[len(lat) // 2], 1),
+                         "p99_ms": round(1000 * lat[int(len(lat) * .99)], 1)})
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    result = {"package": args.package, "pair": pair, "sentences": len(sentences), "threads": args.threads,
+              "offline_sentences_per_s": round(offline_rate, 2), "rows": rows}
+    print(f"{len(sentences)} sentences ({pair}), greedy, {args.threads} threads; offline batch decoding "
+          f"{offline_rate:.1f} sentences/s")
+    print(f"{'clients':>7} {'sent/s':>8} {'vs offline':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    for r in rows:
+        print(f"{r['clients']:>7} {r['sentences_per_s']:>8.1f} {r['vs_offline']:>9.2f}x {r['p50_ms']:>8.1f} "
+              f"{r['p99_ms']:>8.1f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
