@@ -247,3 +247,16 @@ def test_mutual_tls_and_bearer_token(tiny_package, tmp_path):
             pb_grpc.TranslatorStub(grpc.insecure_channel(target)).Translate(request("x"), metadata=token, timeout=5)
     finally:
         s.stop()
+
+
+def test_server_imports_neither_torch_nor_onnx(tiny_package):
+    code = ("import sys, asyncio, dataclasses; from server.main import build_server; "
+            "from server.config import ServerConfig; "
+            f"cfg = ServerConfig(model=({str(tiny_package)!r},), host='127.0.0.1', port=0, metrics_port=-1); "
+            "running = asyncio.run(build_server(cfg)); "
+            "bad = [m for m in ('torch', 'onnx', 'training') if m in sys.modules]; "
+            "assert not bad, bad; print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
