@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from export.package import ModelPackage
-from export.verify import OrtModel, ort_greedy
+from export.verify import cpu_runtime, decode, unpad
+from server.decoding import DecodeOptions
 from training import checkpoint as ckpt_io
 from training.data import load_pairs, pad
 from training.decode import greedy_search
@@ -51,8 +52,10 @@ def run(checkpoint: str, package: str, tokens: int, sentences: int, batch_sizes:
     for variant in pkg.variants:
         if variant == "fp16":
             continue
-        m = OrtModel(pkg, variant, threads=threads)
-        engines[f"onnxruntime {variant}, KV cache"] = (lambda mm: lambda src: ort_greedy(mm, src, tokens, tokens))(m)
+        rt = cpu_runtime(pkg, variant, threads=threads)
+        engines[f"onnxruntime {variant}, KV cache"] = (
+            lambda r: lambda src: [nb[0] for nb in decode(r, unpad(src, 0), DecodeOptions(min_len=tokens), tokens)]
+        )(rt)
     rows = []
     for bs in batch_sizes:
         batches = [pad(encoded[i:i + bs]).numpy() for i in range(0, len(encoded), bs)]

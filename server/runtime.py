@@ -26,6 +26,7 @@ class RuntimeOptions:
     device: str = "auto"  # auto | cuda | cpu
     threads: int = 0  # CPU intra-op threads; 0 = onnxruntime's default
     int8: bool = False  # on the CPU, use the int8 graphs when the package has them
+    variant: str = ""  # force one graph variant (fp32, int8, fp16) instead of choosing by device
 
 
 class Runtime:
@@ -40,7 +41,8 @@ class Runtime:
         if options.device in ("auto", "cuda"):
             if CUDA in ort.get_available_providers():
                 try:
-                    self._open(package, "fp16" if "fp16" in package.variants else "fp32", [CUDA, CPU], options)
+                    variant = options.variant or ("fp16" if "fp16" in package.variants else "fp32")
+                    self._open(package, variant, [CUDA, CPU], options)
                     if self.encoder.get_providers()[0] == CUDA:
                         self.device = "cuda"
                 except Exception as e:  # a CUDA provider that fails to start: serve on the CPU
@@ -50,7 +52,8 @@ class Runtime:
                     "no CUDA provider in this onnxruntime build (providers: %s); serving on the CPU",
                     ", ".join(ort.get_available_providers()))
         if self.device == "cpu":
-            self._open(package, "int8" if options.int8 and "int8" in package.variants else "fp32", [CPU], options)
+            variant = options.variant or ("int8" if options.int8 and "int8" in package.variants else "fp32")
+            self._open(package, variant, [CPU], options)
         self.float_type = np.float16 if self.variant == "fp16" else np.float32
         d = package.dims
         self.n_layers, self.n_heads, self.d_head = d.n_decoder_layers, d.n_heads, d.d_head

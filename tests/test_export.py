@@ -15,7 +15,9 @@ import torch
 from export import contract
 from export.onnx_export import export_checkpoint
 from export.package import ModelPackage, PackageError
-from export.verify import OrtModel, ort_beam, ort_greedy, parity
+from export.verify import cpu_runtime, decode, parity, unpad
+from server.decoding import DecodeOptions
+from server.runtime import Runtime
 from training import checkpoint as ckpt_io
 from training.data import pad
 
@@ -45,24 +47,28 @@ def test_fp32_parity_greedy_logits_and_beam(tiny_package, tiny_checkpoint):
 
 
 def test_graph_inputs_and_outputs_follow_the_contract(tiny_package):
-    m = OrtModel(ModelPackage.load(tiny_package))
+    m = cpu_runtime(ModelPackage.load(tiny_package))
     assert tuple(i.name for i in m.encoder.get_inputs()) == contract.ENCODER_INPUTS
     assert tuple(o.name for o in m.encoder.get_outputs()) == contract.ENCODER_OUTPUTS
     assert tuple(i.name for i in m.decoder.get_inputs()) == contract.DECODER_INPUTS
     assert tuple(o.name for o in m.decoder.get_outputs()) == contract.DECODER_OUTPUTS
 
 
-def _step(m: OrtModel, ids, positions, past_mask, src_mask, ck, cv, pk, pv):
+def _empty(m: Runtime, rows: int):
+    return m.empty_cache(rows), m.empty_cache(rows), np.zeros((rows, 0), dtype=bool)
+
+
+def _step(m: Runtime, ids, positions, past_mask, src_mask, ck, cv, pk, pv):
     return m.step(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64), past_mask, src_mask,
                   ck, cv, pk, pv)
 
 
 def test_empty_past_prefill_equals_token_by_token(tiny_package, tiny_checkpoint):
-    m = OrtModel(ModelPackage.load(tiny_package))
+    m = cpu_runtime(ModelPackage.load(tiny_package))
     src = sources(tiny_checkpoint)[:2]
     src_mask = src != 0
     ck, cv = m.encode(src)
-    pk, pv, pm = m.empty_past(2)
+    pk, pv, pm = _empty(m, 2)
     assert pk.shape[3] == 0
     prefix = [[2, 50, 60, 70], [2, 80, 90, 100]]
     logits, k, _, attn = _step(m, prefix, [[0, 1, 2, 3]] * 2, pm, src_mask, ck, cv, pk, pv)
@@ -79,13 +85,13 @@ def test_empty_past_prefill_equals_token_by_token(tiny_package, tiny_checkpoint)
 def test_rows_with_different_past_lengths_share_a_step(tiny_package, tiny_checkpoint):
     """Row A has 3 cached tokens, row B has 1 (left-padded in the cache with junk, masked):
     one shared step gives each row the logits it gets alone."""
-    m = OrtModel(ModelPackage.load(tiny_package))
+    m = cpu_runtime(ModelPackage.load(tiny_package))
     src = sources(tiny_checkpoint)[:2]
     src_mask = src != 0
     ck, cv = m.encode(src)
 
     def alone(row: int, prefix: list[int]) -> np.ndarray:
-        pk, pv, pm = m.empty_past(1)
+        pk, pv, pm = _empty(m, 1)
         n = len(prefix)
         _, k, v, _ = _step(m, [prefix[:-1]], [list(range(n - 1))], pm, src_mask[row:row + 1], ck[:, row:row + 1],
                            cv[:, row:row + 1], pk, pv)
@@ -94,7 +100,7 @@ def test_rows_with_different_past_lengths_share_a_step(tiny_package, tiny_checkp
         return logits[0]
 
     a, b = [2, 40, 41, 42], [2, 43]
-    pk, pv, pm = m.empty_past(1)
+    pk, pv, pm = _empty(m, 1)
     _, ka, va, _ = _step(m, [a[:3]], [[0, 1, 2]], pm, src_mask[:1], ck[:, :1], cv[:, :1], pk, pv)
     _, kb, vb, _ = _step(m, [b[:1]], [[0]], pm, src_mask[1:], ck[:, 1:], cv[:, 1:], pk, pv)
     layers, _, heads, _, d_head = kb.shape
@@ -111,15 +117,15 @@ def test_int8_and_fp16_variants_decode(tiny_package, tiny_checkpoint):
     package = ModelPackage.load(tiny_package)
     assert package.variants == ("fp32", "int8", "fp16")
     src = sources(tiny_checkpoint)
-    ref = ort_greedy(OrtModel(package, "fp32"), src)
+    rows = unpad(src, 0)
+    ref = [nb[0] for nb in decode(cpu_runtime(package, "fp32"), rows)]
     for variant in ("int8", "fp16"):
-        m = OrtModel(package, variant)
-        got = ort_greedy(m, src)
+        got = [nb[0] for nb in decode(cpu_runtime(package, variant), rows)]
         assert len(got) == len(ref) and all(h.tokens for h in got)
         # Quantised graphs stay close: most rows decode to the same tokens.
         assert sum(g.tokens == r.tokens for g, r in zip(got, ref)) >= 3
     assert (tiny_package / "decoder.int8.onnx").stat().st_size < (tiny_package / "decoder.onnx").stat().st_size
-    nbest = ort_beam(OrtModel(package, "fp32"), src, beam_size=3, n_best=3)
+    nbest = decode(cpu_runtime(package, "fp32"), rows, DecodeOptions(beam_size=3, n_best=3))
     assert all(len(n) == 3 and n[0].score >= n[1].score >= n[2].score for n in nbest)
 
 
@@ -202,6 +208,7 @@ def test_greedy_loop_matches_reference_on_a_batch(tiny_package, tiny_checkpoint)
     model, _, _ = ckpt_io.load_model(tiny_checkpoint)
     src = sources(tiny_checkpoint)
     ref = greedy_search(model, torch.from_numpy(src), max_len=12, min_len=12)
-    got = ort_greedy(OrtModel(ModelPackage.load(tiny_package)), src, max_len=12, min_len=12)
+    got = [nb[0] for nb in decode(cpu_runtime(ModelPackage.load(tiny_package)), unpad(src, 0),
+                                  DecodeOptions(min_len=12), max_len=12)]
     assert [h.tokens for h in got] == [h.tokens for h in ref]
     assert all(len(h.tokens) == 12 for h in got)
