@@ -14,6 +14,17 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.config import ServerConfig
 from server.main import RunningServer, build_server
 
+# Sentences of different lengths; the last one has characters the tiny vocabulary lacks.
+TEXTS = [
+    "Jesus wept.",
+    "In the beginning was the Word, and the Word was with God, and the Word was God.",
+    "He said,",
+    "The same was in the beginning with God.",
+    "All things were made through him. Without him was not anything made that has been made.",
+    "Peace be with you.",
+    "Ünïcödé — “quotes” and 数字 123",
+]
+
 
 class ServerThread:
     def __init__(self, package: Path, **overrides) -> None:

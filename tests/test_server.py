@@ -17,17 +17,7 @@ from export.package import ModelPackage
 from nmt.v1 import translator_pb2 as pb
 from server.decoding import DecodeOptions, Job, decode_all
 from server.runtime import Runtime, RuntimeOptions
-from tests.server_harness import ServerThread, request
-
-TEXTS = [
-    "Jesus wept.",
-    "In the beginning was the Word, and the Word was with God, and the Word was God.",
-    "He said,",
-    "The same was in the beginning with God.",
-    "All things were made through him. Without him was not anything made that has been made.",
-    "Peace be with you.",
-    "Ünïcödé — “quotes” and 数字 123",
-]
+from tests.server_harness import TEXTS, ServerThread, request
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,9 @@ import torch
 from export.package import ModelPackage
 from server.decoding import Batch, DecodeOptions, Job, decode_all, encode_jobs
 from server.runtime import Runtime, RuntimeOptions
+from tests.server_harness import TEXTS
 from training import checkpoint as ckpt_io
 from training.decode import beam_search, greedy_search
-
-TEXTS = [
-    "Jesus wept.",
-    "In the beginning was the Word, and the Word was with God, and the Word was God.",
-    "He said,",
-    "The same was in the beginning with God.",
-    "All things were made through him. Without him was not anything made that has been made.",
-    "Peace be with you.",
-]
 
 
 @pytest.fixture(scope="module")
