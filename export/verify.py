@@ -74,15 +74,14 @@ def parity(package_dir: str | Path, checkpoint: str | Path, src: np.ndarray, bea
     import torch
 
     from training import checkpoint as ckpt_io
-    from training.decode import beam_search, greedy_search, max_output_length
+    from training.decode import beam_search, greedy_search
 
     model, _, _ = ckpt_io.load_model(checkpoint)
     rt = cpu_runtime(ModelPackage.load(package_dir), variant)
     pad = rt.package.special_ids["pad"]
     src_t = torch.from_numpy(src.astype(np.int64))
-    max_len = max_output_length(src.shape[1], model)  # the reference's bound, used by both sides
-    ref = greedy_search(model, src_t, max_len=max_len)
-    got = [nb[0] for nb in decode(rt, unpad(src, pad), max_len=max_len)]
+    ref = greedy_search(model, src_t)  # both sides bound each row by its own length
+    got = [nb[0] for nb in decode(rt, unpad(src, pad))]
     equal = sum(r.tokens == g.tokens for r, g in zip(ref, got))
     width = max(len(h.tokens) for h in ref) + 1
     prefix = np.full((src.shape[0], width), pad, dtype=np.int64)
@@ -94,8 +93,8 @@ def parity(package_dir: str | Path, checkpoint: str | Path, src: np.ndarray, bea
     worst = float(np.abs(step_logits(rt, src, prefix) - full).max())
     beam_equal = None
     if beam_size > 1:
-        ref_b = beam_search(model, src_t, beam_size=beam_size, n_best=beam_size, max_len=max_len)
-        got_b = decode(rt, unpad(src, pad), DecodeOptions(beam_size=beam_size, n_best=beam_size), max_len)
+        ref_b = beam_search(model, src_t, beam_size=beam_size, n_best=beam_size)
+        got_b = decode(rt, unpad(src, pad), DecodeOptions(beam_size=beam_size, n_best=beam_size))
         beam_equal = sum([h.tokens for h in r] == [h.tokens for h in g] for r, g in zip(ref_b, got_b))
     return Parity(src.shape[0], equal, worst, beam_equal)
 

@@ -29,6 +29,14 @@ def max_output_length(src_len: int, model: Transformer, a: float = 1.5, b: int =
     return min(model.cfg.max_positions - 1, int(a * src_len) + b)
 
 
+def row_limits(src: Tensor, model: Transformer, max_len: int | None) -> list[int]:
+    """Output-length bound of every row: ``max_len`` if given, else from the row's own
+    (unpadded) length, so that a sentence decodes the same in any batch."""
+    if max_len:
+        return [max_len] * src.size(0)
+    return [max_output_length(int(n), model) for n in src.ne(PAD_ID).sum(dim=1)]
+
+
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT's ((5 + |Y|) / 6) ^ alpha."""
     return ((5.0 + length) / 6.0) ** alpha
@@ -79,13 +87,13 @@ def greedy_search(model: Transformer, src: Tensor, max_len: int | None = None, m
                   use_cache: bool = True) -> list[Hypothesis]:
     """Batched greedy decoding of a right-padded (B, S) source."""
     b = src.size(0)
-    max_len = max_len or max_output_length(src.size(1), model)
+    limits = row_limits(src, model, max_len)
     dec = _Decoder(model, src, use_cache)
     tokens = torch.full((b,), BOS_ID, dtype=torch.long, device=src.device)
     out: list[list[int]] = [[] for _ in range(b)]
     scores = [0.0] * b
     done = [False] * b
-    for step in range(max_len):
+    for step in range(max(limits)):
         logp = dec.step(tokens)
         if step < min_len:
             logp[:, EOS_ID] = -float("inf")
@@ -99,6 +107,7 @@ def greedy_search(model: Transformer, src: Tensor, max_len: int | None = None, m
                 done[i] = True
             else:
                 out[i].append(int(best[i]))
+                done[i] = step + 1 >= limits[i]
         if all(done):
             break
         tokens = best
@@ -112,13 +121,13 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int
 
     Every step takes the top 2K continuations of each source's K beams; those ending in
     eos are finished (scored by logprob / GNMT length penalty), the best K others go on.
-    A source stops once it has K finished hypotheses (or at ``max_len``, where its live
-    beams are finished as they stand).
+    A source stops once it has K finished hypotheses (or at its length limit, see
+    ``row_limits``, where its live beams are finished as they stand).
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
     b, k = src.size(0), beam_size
-    max_len = max_len or max_output_length(src.size(1), model)
+    limits = row_limits(src, model, max_len)
     dec = _Decoder(model, src, use_cache)
     dec.reorder(torch.arange(b, device=src.device).repeat_interleave(k))  # row = source * K + beam
     tokens = torch.full((b * k,), BOS_ID, dtype=torch.long, device=src.device)
@@ -127,7 +136,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int
     beam_tokens: list[list[int]] = [[] for _ in range(b * k)]
     finished: list[list[Hypothesis]] = [[] for _ in range(b)]
     done = [False] * b
-    for step in range(max_len):
+    for step in range(max(limits)):
         logp = dec.step(tokens)  # (B*K, V)
         if step < min_len:
             logp[:, EOS_ID] = -float("inf")
@@ -168,15 +177,16 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int
         tokens = torch.tensor(next_tokens, device=src.device)
         beam_scores = torch.tensor(next_scores, device=src.device).view(b, k)
         beam_tokens = new_beam_tokens
-    else:  # max_len reached: finish live beams as they stand
-        for i in range(b):
-            if done[i]:
-                continue
-            for j in range(k):
-                score = float(beam_scores[i, j])
-                if score > -float("inf"):
-                    hyp = beam_tokens[i * k + j]
-                    finished[i].append(Hypothesis(hyp, score / length_penalty(len(hyp), alpha)))
+        for i in range(b):  # at its length limit a source's live beams finish as they stand
+            if not done[i] and step + 1 >= limits[i]:
+                for j in range(k):
+                    score = float(beam_scores[i, j])
+                    if score > -float("inf"):
+                        hyp = beam_tokens[i * k + j]
+                        finished[i].append(Hypothesis(hyp, score / length_penalty(len(hyp), alpha)))
+                done[i] = True
+        if all(done):
+            break
     results = []
     for i in range(b):
         ranked = sorted(finished[i], key=lambda h: h.score, reverse=True)
