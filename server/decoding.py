@@ -168,11 +168,22 @@ class Job:
 
 
 class Batch:
-    """The running batch: rows of every active job, their caches and masks."""
+    """The running batch: rows of every active job, their caches and masks.
+
+    Rows are slots. A job that leaves only has its rows marked free (masked out, fed pad);
+    a newcomer reuses free slots in place, so joins and leaves do not copy the whole
+    batch. The arrays are rebuilt (free rows dropped, padding trimmed) only when free rows
+    pile up, and unused leading cache columns are dropped in chunks.
+    """
+
+    COMPACT_FREE_FRACTION = 0.5
+    TRIM_COLUMNS = 16
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.jobs: list[Job] = []
+        self.slots: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
+        self.free: list[int] = []
         self.src_mask = np.zeros((0, 0), dtype=bool)
         self.cross_k = runtime.empty_cache(0)
         self.cross_v = runtime.empty_cache(0)
@@ -182,77 +193,111 @@ class Batch:
 
     @property
     def rows(self) -> int:
-        return self.src_mask.shape[0]
+        """Rows in use by jobs (free slots excluded)."""
+        return self.src_mask.shape[0] - len(self.free)
 
     def __len__(self) -> int:
         return len(self.jobs)
 
     def add(self, jobs: list[Job], cross_k: np.ndarray, cross_v: np.ndarray, src_mask: np.ndarray) -> None:
         """Jobs join with one encoder output row each; every beam row gets its source's K/V."""
-        per_row = np.repeat(np.arange(len(jobs)), [j.k for j in jobs])
-        ck, cv, sm = cross_k[:, per_row], cross_v[:, per_row], src_mask[per_row]
-        s = max(self.src_mask.shape[1], sm.shape[1])
-        new_rows, p = len(per_row), self.past_mask.shape[1]
-        self.cross_k = np.concatenate([_pad_axis(self.cross_k, 3, s), _pad_axis(ck, 3, s)], axis=1)
-        self.cross_v = np.concatenate([_pad_axis(self.cross_v, 3, s), _pad_axis(cv, 3, s)], axis=1)
-        self.src_mask = np.concatenate([_pad_axis(self.src_mask, 1, s), _pad_axis(sm, 1, s)], axis=0)
-        self.past_k = np.concatenate([self.past_k, self.rt.empty_cache(new_rows, p)], axis=1)
-        self.past_v = np.concatenate([self.past_v, self.rt.empty_cache(new_rows, p)], axis=1)
-        self.past_mask = np.concatenate([self.past_mask, np.zeros((new_rows, p), dtype=bool)], axis=0)
+        s = max(self.src_mask.shape[1], src_mask.shape[1])
+        if s > self.src_mask.shape[1]:  # a longer source than any so far: widen (rare once warm)
+            self.cross_k, self.cross_v = _pad_axis(self.cross_k, 3, s), _pad_axis(self.cross_v, 3, s)
+            self.src_mask = _pad_axis(self.src_mask, 1, s)
+        cross_k, cross_v, src_mask = _pad_axis(cross_k, 3, s), _pad_axis(cross_v, 3, s), _pad_axis(src_mask, 1, s)
+        needed = sum(j.k for j in jobs)
+        extra = max(0, needed - len(self.free))
+        if extra:  # grow once for all newcomers that do not fit in free slots
+            n, p = self.src_mask.shape[0], self.past_mask.shape[1]
+            self.cross_k = np.concatenate([self.cross_k, np.zeros_like(cross_k[:, :1]).repeat(extra, 1)], axis=1)
+            self.cross_v = np.concatenate([self.cross_v, np.zeros_like(cross_v[:, :1]).repeat(extra, 1)], axis=1)
+            self.src_mask = np.concatenate([self.src_mask, np.zeros((extra, s), dtype=bool)], axis=0)
+            self.past_k = np.concatenate([self.past_k, self.rt.empty_cache(extra, p)], axis=1)
+            self.past_v = np.concatenate([self.past_v, self.rt.empty_cache(extra, p)], axis=1)
+            self.past_mask = np.concatenate([self.past_mask, np.zeros((extra, p), dtype=bool)], axis=0)
+            self.free.extend(range(n, n + extra))
+        self.free.sort(reverse=True)
+        for i, job in enumerate(jobs):
+            rows = np.array([self.free.pop() for _ in range(job.k)])
+            self.slots[job.id] = rows
+            self.cross_k[:, rows] = cross_k[:, i:i + 1]
+            self.cross_v[:, rows] = cross_v[:, i:i + 1]
+            self.src_mask[rows] = src_mask[i]
+            self.past_mask[rows] = False  # the new rows see none of the cache before them
         self.jobs.extend(jobs)
 
     def remove(self, leaving: set[int]) -> None:
-        """Drop the rows of the jobs whose ids are in ``leaving``; trim unused padding."""
+        """Free the rows of the jobs whose ids are in ``leaving``."""
         if not leaving:
             return
-        keep_rows = np.concatenate([np.full(j.k, j.id not in leaving) for j in self.jobs]) if self.jobs else []
         self.jobs = [j for j in self.jobs if j.id not in leaving]
-        self.src_mask = self.src_mask[keep_rows]
-        self.past_mask = self.past_mask[keep_rows]
-        # Sources are right-padded: keep columns up to the longest remaining source.
-        s = int(self.src_mask.any(axis=0).nonzero()[0].max()) + 1 if self.src_mask.any() else 0
-        # The cache: drop leading columns that no remaining row uses.
+        for jid in leaving:
+            rows = self.slots.pop(jid)
+            self.src_mask[rows] = False
+            self.past_mask[rows] = False
+            self.free.extend(int(r) for r in rows)
+        total = self.src_mask.shape[0]
+        if not self.jobs or len(self.free) > self.COMPACT_FREE_FRACTION * total:
+            self._compact()
+            return
         used = self.past_mask.any(axis=0).nonzero()[0]
         start = int(used[0]) if used.size else self.past_mask.shape[1]
-        self.src_mask = self.src_mask[:, :s]
-        self.past_mask = self.past_mask[:, start:]
-        self.cross_k = self.cross_k[:, keep_rows, :, :s]
-        self.cross_v = self.cross_v[:, keep_rows, :, :s]
-        self.past_k = self.past_k[:, keep_rows, :, start:]
-        self.past_v = self.past_v[:, keep_rows, :, start:]
+        if start >= self.TRIM_COLUMNS:  # drop cache columns no row uses any more
+            self.past_mask = self.past_mask[:, start:]
+            self.past_k, self.past_v = self.past_k[:, :, :, start:], self.past_v[:, :, :, start:]
+
+    def _compact(self) -> None:
+        """Rebuild with live rows only; trim source padding and unused cache columns."""
+        keep = np.concatenate([self.slots[j.id] for j in self.jobs]) if self.jobs else np.zeros(0, dtype=np.int64)
+        src_mask, past_mask = self.src_mask[keep], self.past_mask[keep]
+        s = int(src_mask.any(axis=0).nonzero()[0].max()) + 1 if src_mask.any() else 0
+        used = past_mask.any(axis=0).nonzero()[0]
+        start = int(used[0]) if used.size else past_mask.shape[1]
+        self.src_mask, self.past_mask = src_mask[:, :s], past_mask[:, start:]
+        self.cross_k, self.cross_v = self.cross_k[:, keep, :, :s], self.cross_v[:, keep, :, :s]
+        self.past_k, self.past_v = self.past_k[:, keep, :, start:], self.past_v[:, keep, :, start:]
+        offset = 0
+        for j in self.jobs:
+            self.slots[j.id] = np.arange(offset, offset + j.k)
+            offset += j.k
+        self.free = []
 
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
-        input_ids = np.concatenate([j.last for j in self.jobs])[:, None]
-        positions = np.concatenate([np.full(j.k, j.step, dtype=np.int64) for j in self.jobs])[:, None]
+        total = self.src_mask.shape[0]
+        input_ids = np.full((total, 1), self.jobs[0].pad, dtype=np.int64)
+        positions = np.zeros((total, 1), dtype=np.int64)
+        live = np.zeros(total, dtype=bool)
+        for j in self.jobs:
+            rows = self.slots[j.id]
+            input_ids[rows, 0] = j.last
+            positions[rows, 0] = j.step
+            live[rows] = True
         logits, self.past_k, self.past_v, attention = self.rt.step(
             input_ids, positions, self.past_mask, self.src_mask, self.cross_k, self.cross_v, self.past_k, self.past_v)
-        self.past_mask = np.concatenate([self.past_mask, np.ones((self.rows, 1), dtype=bool)], axis=1)
+        self.past_mask = np.concatenate([self.past_mask, live[:, None]], axis=1)
         logp = log_softmax(logits)
         perm: np.ndarray | None = None
         finished = []
-        offset = 0
         for job in self.jobs:
-            rows = slice(offset, offset + job.k)
+            rows = self.slots[job.id]
             attn = attention[rows, : len(job.src)].astype(np.float32) if job.options.attention else None
             local = job.advance(logp[rows], attn)
             if local is not None and not np.array_equal(local, np.arange(job.k)):
                 if perm is None:
-                    perm = np.arange(self.rows)
-                perm[rows] = offset + local
+                    perm = np.arange(total)
+                perm[rows] = rows[local]
             if job.done:
                 finished.append(job)
-            offset += job.k
         if perm is not None:
             self.past_k, self.past_v = self.past_k[:, perm], self.past_v[:, perm]
             self.past_mask = self.past_mask[perm]
         return finished
 
-
     def probe(self, job: Job) -> bool:
         """Run one job's rows alone through the decoder, changing nothing: does it succeed?"""
-        offset = sum(j.k for j in itertools.takewhile(lambda j: j is not job, self.jobs))
-        rows = slice(offset, offset + job.k)
+        rows = self.slots[job.id]
         try:
             self.rt.step(job.last[:, None], np.full((job.k, 1), job.step, dtype=np.int64), self.past_mask[rows],
                          self.src_mask[rows], self.cross_k[:, rows], self.cross_v[:, rows], self.past_k[:, rows],
