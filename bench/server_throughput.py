@@ -24,9 +24,9 @@ import grpc
 import sentencepiece as spm
 
 from export.package import ModelPackage
+from export.verify import decode
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
-from server.decoding import DecodeOptions, Job, decode_all
 from server.runtime import Runtime, RuntimeOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,20 +46,13 @@ def load_sentences(package: ModelPackage, pair: str, n: int, source_file: Path |
 def offline(package: ModelPackage, pair: str, sentences: list[str], threads: int, rows: int) -> float:
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads))
     sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
-    ids = package.special_ids
     tag = package.language_tags[pair.split("-")[1]]
-    srcs = sorted(([tag, *sp.encode(s), ids["eos"]] for s in sentences), key=len)
-
-    def jobs_for(sources: list[list[int]]) -> list[Job]:
-        return [Job(s, DecodeOptions(), max_len=min(package.max_target_tokens, int(1.5 * len(s)) + 10),
-                    bos=ids["bos"], eos=ids["eos"], pad=ids["pad"]) for s in sources]
-
-    decode_all(rt, jobs_for(srcs[:rows]))  # warm-up
-    jobs = jobs_for(srcs)
+    srcs = sorted(([tag, *sp.encode(s), package.special_ids["eos"]] for s in sentences), key=len)
+    decode(rt, srcs[:rows])  # warm-up
     start = time.perf_counter()
-    for i in range(0, len(jobs), rows):
-        decode_all(rt, jobs[i:i + rows])
-    return len(jobs) / (time.perf_counter() - start)
+    for i in range(0, len(srcs), rows):
+        decode(rt, srcs[i:i + rows])
+    return len(srcs) / (time.perf_counter() - start)
 
 
 async def clients(port: int, pair: str, sentences: list[str], concurrency: int) -> tuple[float, list[float]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from export.package import ModelPackage
-from server.decoding import DecodeOptions, Hypothesis, Job, decode_all
+from server.decoding import DecodeOptions, Hypothesis, Job, decode_all, default_max_len
 from server.runtime import Runtime, RuntimeOptions
 
 
@@ -39,7 +39,7 @@ def decode(rt: Runtime, sources: Sequence[Sequence[int]], options: DecodeOptions
     options = options or DecodeOptions()
     p = rt.package
     ids = p.special_ids
-    jobs = [Job(list(s), options, max_len=max_len or min(p.max_target_tokens, int(1.5 * len(s)) + 10),
+    jobs = [Job(list(s), options, max_len=max_len or default_max_len(len(s), p.max_target_tokens),
                 bos=ids["bos"], eos=ids["eos"], pad=ids["pad"]) for s in sources]
     return decode_all(rt, jobs)
 

@@ -44,6 +44,12 @@ class Hypothesis:
     attention: np.ndarray | None = None  # (len(tokens), source length) when asked for
 
 
+def default_max_len(src_len: int, cap: int) -> int:
+    """The output-length bound of one source: 1.5 x its length + 10, at most ``cap`` (the
+    same rule as the PyTorch reference, per sentence, so the batch never changes it)."""
+    return min(cap, int(1.5 * src_len) + 10)
+
+
 def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 

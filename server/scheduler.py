@@ -58,6 +58,14 @@ class Ticket:
     enqueued: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 
+    def stopped(self, now: float) -> Exception | None:
+        """Why this ticket must leave without a result (cancelled, expired), if it must."""
+        if self.cancelled:
+            return JobCancelled("cancelled")
+        if self.deadline is not None and now >= self.deadline:
+            return DeadlineExpired("deadline exceeded")
+        return None
+
     @property
     def cost(self) -> int:
         return self.job.k * (len(self.job.src) + self.job.max_len)
@@ -137,8 +145,8 @@ class Scheduler:
         now = time.monotonic()
         gone = set()
         for jid, t in self._running.items():
-            if t.cancelled or (t.deadline is not None and now >= t.deadline):
-                self._resolve(t, JobCancelled("cancelled") if t.cancelled else DeadlineExpired("deadline exceeded"))
+            if (error := t.stopped(now)) is not None:
+                self._resolve(t, error)
                 gone.add(jid)
         if gone:
             self._batch.remove(gone)
@@ -153,9 +161,9 @@ class Scheduler:
         with self._cond:
             while self._queue:
                 t = self._queue[0]
-                if t.cancelled or (t.deadline is not None and now >= t.deadline):
+                if (error := t.stopped(now)) is not None:
                     self._queue.popleft()
-                    self._resolve(t, JobCancelled("cancelled") if t.cancelled else DeadlineExpired("deadline exceeded"))
+                    self._resolve(t, error)
                     continue
                 if rows + t.job.k > self.limits.max_batch_rows or tokens + t.cost > self.limits.max_tokens_in_flight:
                     break

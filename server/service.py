@@ -21,7 +21,7 @@ from export.package import ModelPackage
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.config import ServerConfig
-from server.decoding import DecodeOptions, Hypothesis, Job
+from server.decoding import DecodeOptions, Hypothesis, Job, default_max_len
 from server.metrics import Metrics
 from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, QueueFull, Scheduler, Ticket
 
@@ -174,7 +174,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 if ids is None:
                     tickets.append(None)
                     continue
-                limit = min(max_out, int(1.5 * len(ids)) + 10) if not request.options.max_output_tokens else max_out
+                limit = max_out if request.options.max_output_tokens else default_max_len(len(ids), max_out)
                 job = Job(ids, options, max_len=limit, bos=special["bos"], eos=special["eos"], pad=special["pad"])
                 tickets.append(model.scheduler.submit(job, deadline))
             results = await asyncio.gather(*(asyncio.wrap_future(t.future) for t in tickets if t is not None))
