@@ -239,7 +239,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
 
     def _hypothesis(self, model: LoadedModel, src: list[int], hyp: Hypothesis, o: pb.DecodingOptions) -> pb.Hypothesis:
         sp = model.tokenizer
-        out = pb.Hypothesis(text=sp.decode(hyp.tokens))
+        out = pb.Hypothesis(text=sp.decode(hyp.tokens), num_tokens=len(hyp.tokens))
         if o.return_scores:
             out.score = hyp.score
         if o.return_attention and hyp.attention is not None:

@@ -16,10 +16,12 @@ from contextlib import closing
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from training.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
+
+if TYPE_CHECKING:  # reading the corpus needs no torch (the load tester reads the test split)
+    import torch
 
 DEV_BOOK, TEST_BOOK = 41, 43  # Mark, John
 SPLITS = ("train", "dev", "test")
@@ -241,6 +243,8 @@ class Batch:
 
 
 def pad(seqs: Sequence[Sequence[int]]) -> torch.Tensor:
+    import torch
+
     out = torch.full((len(seqs), max(len(s) for s in seqs)), PAD_ID, dtype=torch.long)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.tensor(s, dtype=torch.long)

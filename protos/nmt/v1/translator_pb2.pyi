@@ -39,18 +39,20 @@ class TranslateRequest(_message.Message):
     def __init__(self, texts: _Optional[_Iterable[str]] = ..., source_lang: _Optional[str] = ..., target_lang: _Optional[str] = ..., model: _Optional[str] = ..., options: _Optional[_Union[DecodingOptions, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class Hypothesis(_message.Message):
-    __slots__ = ("text", "score", "source_pieces", "target_pieces", "attention")
+    __slots__ = ("text", "score", "source_pieces", "target_pieces", "attention", "num_tokens")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_PIECES_FIELD_NUMBER: _ClassVar[int]
     TARGET_PIECES_FIELD_NUMBER: _ClassVar[int]
     ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     text: str
     score: float
     source_pieces: _containers.RepeatedScalarFieldContainer[str]
     target_pieces: _containers.RepeatedScalarFieldContainer[str]
     attention: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, text: _Optional[str] = ..., score: _Optional[float] = ..., source_pieces: _Optional[_Iterable[str]] = ..., target_pieces: _Optional[_Iterable[str]] = ..., attention: _Optional[_Iterable[float]] = ...) -> None: ...
+    num_tokens: int
+    def __init__(self, text: _Optional[str] = ..., score: _Optional[float] = ..., source_pieces: _Optional[_Iterable[str]] = ..., target_pieces: _Optional[_Iterable[str]] = ..., attention: _Optional[_Iterable[float]] = ..., num_tokens: _Optional[int] = ...) -> None: ...
 
 class Translation(_message.Message):
     __slots__ = ("hypotheses",)

@@ -1,0 +1,330 @@
+"""A client library for the ``nmt.v1.Translator`` service, blocking and asyncio.
+
+    from clients.client import TranslatorClient
+
+    with TranslatorClient(["127.0.0.1:50051", "127.0.0.1:50052"]) as client:
+        [t] = client.translate(["Jesus wept."], "en", "de", beam_size=4)
+        print(t.text)
+
+Both clients balance calls round-robin over the addresses they are given, put a deadline
+on every call, and retry UNAVAILABLE and RESOURCE_EXHAUSTED (a server draining or busy) with
+exponential backoff and jitter, each retry on the next address, within the call's deadline.
+Every other failure, and a retryable one that outlived its attempts or its deadline, raises
+:class:`TranslationError` carrying the gRPC status code and the server's message.
+Streams (``translate_stream``) are not retried: a request that fails comes back as its
+own error, in band, and a broken stream raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from nmt.v1 import translator_pb2 as pb
+from nmt.v1 import translator_pb2_grpc as pb_grpc
+
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    text: str
+    score: float = 0.0  # with return_scores
+    num_tokens: int = 0  # target tokens, without the end-of-sentence token
+    source_pieces: tuple[str, ...] = ()  # with return_attention: the source as the model saw it
+    target_pieces: tuple[str, ...] = ()
+    attention: tuple[tuple[float, ...], ...] = ()  # [target piece][source piece]
+
+
+@dataclass(frozen=True)
+class Translation:
+    hypotheses: tuple[Hypothesis, ...]  # best first
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0].text if self.hypotheses else ""
+
+
+class TranslationError(Exception):
+    """A call that failed for good: the status code, the server's message, and how many attempts it took."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, attempts: int = 1) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+        self.attempts = attempts
+
+    @classmethod
+    def from_rpc(cls, error: grpc.RpcError, attempts: int = 1) -> TranslationError:
+        code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+        details = error.details() if hasattr(error, "details") else str(error)
+        return cls(code or grpc.StatusCode.UNKNOWN, details or "", attempts)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter for UNAVAILABLE and RESOURCE_EXHAUSTED."""
+
+    attempts: int = 5  # in all, the first one included; 1 disables retries
+    initial_backoff: float = 0.1  # seconds
+    max_backoff: float = 5.0
+    multiplier: float = 2.0
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        ceiling = min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
+        return ceiling * (0.5 + 0.5 * rng.random())
+
+    def next_delay(self, error: grpc.RpcError, attempt: int, deadline: float, rng: random.Random) -> float | None:
+        """How long to wait before retrying, or None when the error is final."""
+        code = error.code() if hasattr(error, "code") else None
+        if code not in RETRYABLE or attempt >= self.attempts:
+            return None
+        delay = self.delay(attempt, rng)
+        return delay if time.monotonic() + delay < deadline else None
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+def decoding_options(beam_size: int = 1, num_hypotheses: int = 1, length_penalty: float = 0.0,
+                     max_output_tokens: int = 0, return_scores: bool = False,
+                     return_attention: bool = False) -> pb.DecodingOptions:
+    return pb.DecodingOptions(beam_size=beam_size, num_hypotheses=num_hypotheses, length_penalty=length_penalty,
+                              max_output_tokens=max_output_tokens, return_scores=return_scores,
+                              return_attention=return_attention)
+
+
+def make_request(texts: Sequence[str], source: str, target: str, model: str = "", request_id: str = "",
+                 **options) -> pb.TranslateRequest:
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of strings, not one string")
+    return pb.TranslateRequest(texts=list(texts), source_lang=source, target_lang=target, model=model,
+                               request_id=request_id, options=decoding_options(**options))
+
+
+def parse_translations(response: pb.TranslateResponse) -> list[Translation]:
+    out = []
+    for t in response.translations:
+        hyps = []
+        for h in t.hypotheses:
+            n_src = len(h.source_pieces)
+            flat = list(h.attention)
+            rows = tuple(tuple(flat[i:i + n_src]) for i in range(0, len(flat), n_src)) if n_src else ()
+            hyps.append(Hypothesis(h.text, h.score, h.num_tokens, tuple(h.source_pieces), tuple(h.target_pieces),
+                                   rows))
+        out.append(Translation(tuple(hyps)))
+    return out
+
+
+def parse_addresses(values: str | Sequence[str] | None) -> list[str]:
+    """``"a:1,b:2"`` or ``["a:1", "b:2,c:3"]`` -> ``["a:1", "b:2", "c:3"]``; nothing -> the default address."""
+    if values is None:
+        return [DEFAULT_ADDRESS]
+    if isinstance(values, str):
+        values = [values]
+    out = [a.strip() for v in values for a in v.split(",") if a.strip()]
+    if not out:
+        raise ValueError("no server address given")
+    return out
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach the servers: addresses, TLS, bearer token, message size."""
+
+    addresses: tuple[str, ...] = (DEFAULT_ADDRESS,)
+    token: str | None = None
+    tls_ca: Path | None = None  # TLS with this CA bundle; with cert and key as well: mutual TLS
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls: bool = False  # TLS with the system's roots (when no CA file is given)
+    max_message_bytes: int = 64 * 1024 * 1024
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+
+    @property
+    def channel_options(self) -> list[tuple[str, int]]:
+        return [("grpc.max_receive_message_length", self.max_message_bytes),
+                ("grpc.max_send_message_length", self.max_message_bytes)]
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        if not (self.tls or self.tls_ca or self.tls_cert):
+            return None
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("mutual TLS needs both a client certificate and its key")
+        return grpc.ssl_channel_credentials(_read(self.tls_ca), _read(self.tls_key), _read(self.tls_cert))
+
+
+def _read(path: Path | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+class _RoundRobin:
+    def __init__(self, channels: list) -> None:
+        self.channels = channels
+        self.stubs = [pb_grpc.TranslatorStub(c) for c in channels]
+        self._next = itertools.cycle(range(len(channels)))
+
+    def next(self) -> pb_grpc.TranslatorStub:
+        return self.stubs[next(self._next)]
+
+
+class TranslatorClient:
+    """Blocking client; safe to share between threads."""
+
+    def __init__(self, addresses: str | Sequence[str] | None = None, *, connection: Connection | None = None,
+                 token: str | None = None, timeout: float = 60.0, retry: RetryPolicy = RetryPolicy()) -> None:
+        conn = connection or Connection(addresses=tuple(parse_addresses(addresses)), token=token)
+        creds = conn.credentials()
+        make = (lambda a: grpc.secure_channel(a, creds, options=conn.channel_options)) if creds else \
+            (lambda a: grpc.insecure_channel(a, options=conn.channel_options))
+        self.connection = conn
+        self.timeout = timeout
+        self.retry = retry
+        self._rr = _RoundRobin([make(a) for a in conn.addresses])
+        self._rng = random.Random()
+
+    def _unary(self, method: str, request, timeout: float | None):
+        deadline = time.monotonic() + (timeout or self.timeout)
+        for attempt in itertools.count(1):
+            stub = self._rr.next()
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise TranslationError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while retrying",
+                                           attempt - 1)
+                return getattr(stub, method)(request, timeout=remaining, metadata=self.connection.metadata)
+            except grpc.RpcError as e:
+                delay = self.retry.next_delay(e, attempt, deadline, self._rng)
+                if delay is None:
+                    raise TranslationError.from_rpc(e, attempt) from None
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def translate(self, texts: Sequence[str], source: str, target: str, *, model: str = "",
+                  timeout: float | None = None, **options) -> list[Translation]:
+        """One translation per text, in order. ``options``: beam_size, num_hypotheses,
+        length_penalty, max_output_tokens, return_scores, return_attention."""
+        if not texts:
+            return []
+        response = self._unary("Translate", make_request(texts, source, target, model, **options), timeout)
+        return parse_translations(response)
+
+    def translate_stream(self, batches: Iterable[Sequence[str]], source: str, target: str, *, model: str = "",
+                         timeout: float | None = None, **options
+                         ) -> Iterator[tuple[int, list[Translation] | TranslationError]]:
+        """Send every batch of texts on one stream; yield ``(batch index, translations or error)``
+        as the answers arrive (not necessarily in order)."""
+        requests = (make_request(b, source, target, model, request_id=str(i), **options)
+                    for i, b in enumerate(batches))
+        call = self._rr.next().TranslateStream(requests, timeout=timeout or self.timeout,
+                                               metadata=self.connection.metadata)
+        try:
+            for response in call:
+                yield int(response.request_id), _stream_result(response)
+        except grpc.RpcError as e:
+            raise TranslationError.from_rpc(e) from None
+
+    def list_models(self, timeout: float | None = None) -> list[pb.ModelInfo]:
+        return list(self._unary("ListModels", pb.ListModelsRequest(), timeout).models)
+
+    def close(self) -> None:
+        for c in self._rr.channels:
+            c.close()
+
+    def __enter__(self) -> TranslatorClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class AsyncTranslatorClient:
+    """asyncio client (grpc.aio); create and use it inside one running event loop."""
+
+    def __init__(self, addresses: str | Sequence[str] | None = None, *, connection: Connection | None = None,
+                 token: str | None = None, timeout: float = 60.0, retry: RetryPolicy = RetryPolicy()) -> None:
+        conn = connection or Connection(addresses=tuple(parse_addresses(addresses)), token=token)
+        creds = conn.credentials()
+        make = (lambda a: grpc.aio.secure_channel(a, creds, options=conn.channel_options)) if creds else \
+            (lambda a: grpc.aio.insecure_channel(a, options=conn.channel_options))
+        self.connection = conn
+        self.timeout = timeout
+        self.retry = retry
+        self._rr = _RoundRobin([make(a) for a in conn.addresses])
+        self._rng = random.Random()
+
+    async def _unary(self, method: str, request, timeout: float | None):
+        deadline = time.monotonic() + (timeout or self.timeout)
+        for attempt in itertools.count(1):
+            stub = self._rr.next()
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise TranslationError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while retrying",
+                                           attempt - 1)
+                return await getattr(stub, method)(request, timeout=remaining, metadata=self.connection.metadata)
+            except grpc.RpcError as e:
+                delay = self.retry.next_delay(e, attempt, deadline, self._rng)
+                if delay is None:
+                    raise TranslationError.from_rpc(e, attempt) from None
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def translate(self, texts: Sequence[str], source: str, target: str, *, model: str = "",
+                        timeout: float | None = None, **options) -> list[Translation]:
+        if not texts:
+            return []
+        response = await self._unary("Translate", make_request(texts, source, target, model, **options), timeout)
+        return parse_translations(response)
+
+    async def translate_stream(self, batches: Iterable[Sequence[str]], source: str, target: str, *,
+                               model: str = "", timeout: float | None = None, **options
+                               ) -> AsyncIterator[tuple[int, list[Translation] | TranslationError]]:
+        requests = [make_request(b, source, target, model, request_id=str(i), **options)
+                    for i, b in enumerate(batches)]
+        call = self._rr.next().TranslateStream(iter(requests), timeout=timeout or self.timeout,
+                                               metadata=self.connection.metadata)
+        try:
+            async for response in call:
+                yield int(response.request_id), _stream_result(response)
+        except grpc.RpcError as e:
+            raise TranslationError.from_rpc(e) from None
+
+    async def list_models(self, timeout: float | None = None) -> list[pb.ModelInfo]:
+        return list((await self._unary("ListModels", pb.ListModelsRequest(), timeout)).models)
+
+    async def close(self) -> None:
+        for c in self._rr.channels:
+            await c.close()
+
+    async def __aenter__(self) -> AsyncTranslatorClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+def _stream_result(response: pb.TranslateResponse) -> list[Translation] | TranslationError:
+    if response.HasField("error") and response.error.code:
+        return TranslationError(status_code(response.error.code), response.error.message)
+    return parse_translations(response)
+
+
+def status_code(value: int) -> grpc.StatusCode:
+    """The grpc.StatusCode with this integer value (as carried in ``Error.code``)."""
+    for code in grpc.StatusCode:
+        if code.value[0] == value:
+            return code
+    return grpc.StatusCode.UNKNOWN

@@ -1,0 +1,430 @@
+"""``nmt-translate``: translate texts from the command line, or a whole file, through the server.
+
+    nmt-translate -s en -t de "In the beginning was the Word."
+    nmt-translate -s en -t de -i book.en -o book.de           # a file, one sentence a line
+    nmt-translate -s en -t de -i book.en -o book.de --resume  # continue an interrupted run
+    cat book.en | nmt-translate -s en -t de > book.de         # stdin to stdout
+    nmt-translate -s en -t de --attention-png attn.png "Jesus wept."
+
+Files keep their line count and order exactly: an empty line stays empty, and a line that
+cannot be translated (too long for the model, say) is reported on stderr and in
+OUTPUT.errors.tsv and left empty in the output, never dropped. Lines go in batches with
+several requests in flight. Output is written in order to OUTPUT.partial as lines finish and
+renamed to OUTPUT at the end, so an interrupted run loses nothing and ``--resume`` translates
+only what is left. Exit status: 0 done; 3 done but some lines failed; 1 stopped (server
+unreachable, interrupted: resume later); 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from clients.client import (
+    AsyncTranslatorClient,
+    Connection,
+    RetryPolicy,
+    Translation,
+    TranslationError,
+    TranslatorClient,
+    parse_addresses,
+)
+from clients.progress import Progress
+
+EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_FAILED_LINES = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Failure:
+    line: int  # 1-based, as editors and error messages count
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Job:
+    source: str
+    target: str
+    model: str = ""
+    beam_size: int = 1
+    nbest: int = 1
+    batch_lines: int = 32
+    in_flight: int = 4
+    timeout: float = 120.0
+
+    @property
+    def options(self) -> dict:
+        return {"beam_size": max(self.beam_size, self.nbest), "num_hypotheses": self.nbest,
+                "return_scores": self.nbest > 1}
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as ``wc -l`` and editors count them: split on newline only (not on U+2028 and the
+    other separators ``str.splitlines`` knows), a final line without a newline counts, ``\\r\\n`` too."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return [x[:-1] if x.endswith("\r") else x for x in lines]
+
+
+def one_line(text: str) -> str:
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def format_translation(t: Translation | None, nbest: int) -> str:
+    """One output line: the best text, or with n-best ``text<TAB>score`` per hypothesis."""
+    if t is None:
+        return ""
+    if nbest <= 1:
+        return one_line(t.text)
+    return "\t".join(f"{one_line(h.text).replace(chr(9), ' ')}\t{h.score:.4f}" for h in t.hypotheses)
+
+
+class FileTranslator:
+    """Translates lines[start:] in batches with ``job.in_flight`` requests open, and hands the
+    results to ``emit`` strictly in line order."""
+
+    def __init__(self, client: AsyncTranslatorClient, job: Job, max_chars: int, max_texts: int) -> None:
+        self.client = client
+        self.job = job
+        self.max_chars = max_chars
+        self.batch = max(1, min(job.batch_lines, max_texts or job.batch_lines))
+        self.failures: list[Failure] = []
+        self.sent = 0
+
+    async def run(self, lines: list[str], start: int, emit: Callable[[int, Translation | None], None],
+                  progress: Progress) -> None:
+        ready: dict[int, Translation | None] = {}
+        next_out = start
+
+        def settle(i: int, t: Translation | None) -> None:
+            nonlocal next_out
+            ready[i] = t
+            while next_out in ready:
+                emit(next_out, ready.pop(next_out))
+                next_out += 1
+                progress.update(done=1)
+
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in range(start, len(lines)):
+            text = lines[i]
+            if not text.strip():
+                continue
+            if self.max_chars and len(text) > self.max_chars:
+                continue
+            current.append(i)
+            if len(current) == self.batch:
+                batches.append(current)
+                current = []
+        if current:
+            batches.append(current)
+        in_batch = {i for b in batches for i in b}
+
+        window = asyncio.Semaphore(self.job.in_flight)
+        tasks: set[asyncio.Task] = set()
+        stop: list[BaseException] = []
+
+        async def one(indices: list[int]) -> None:
+            try:
+                for i, t in zip(indices, await self._translate(lines, indices)):
+                    settle(i, t)
+                progress.update(counted=len(indices))
+            except BaseException as e:
+                stop.append(e)
+            finally:
+                window.release()
+
+        b = 0
+        for i in range(start, len(lines)):
+            if stop:
+                break
+            if i in in_batch:
+                if batches and b < len(batches) and batches[b][0] == i:
+                    await window.acquire()
+                    if stop:
+                        break
+                    task = asyncio.create_task(one(batches[b]))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    b += 1
+                continue
+            if lines[i].strip():  # longer than the server takes: fails without a round trip
+                self.failures.append(Failure(i + 1, "INVALID_ARGUMENT",
+                                             f"{len(lines[i])} characters; the limit is {self.max_chars}"))
+            settle(i, None)
+        while tasks and not stop:
+            await asyncio.wait(set(tasks), return_when=asyncio.FIRST_COMPLETED)
+        for task in list(tasks):
+            task.cancel()
+        if stop:
+            raise stop[0]
+
+    async def _translate(self, lines: list[str], indices: list[int]) -> list[Translation | None]:
+        texts = [lines[i] for i in indices]
+        try:
+            self.sent += len(texts)
+            return await self.client.translate(texts, self.job.source, self.job.target, model=self.job.model,
+                                               timeout=self.job.timeout, **self.job.options)
+        except TranslationError as e:
+            if e.code != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            if len(indices) == 1:
+                self.failures.append(Failure(indices[0] + 1, e.code.name, _strip_index(e.details)))
+                return [None]
+        # One bad line rejects its whole batch: find it by sending each line alone.
+        out: list[Translation | None] = []
+        for i in indices:
+            out.extend(await self._translate(lines, [i]))
+        return out
+
+
+def _strip_index(message: str) -> str:
+    """``texts[0]: 600 characters; ...`` -> ``600 characters; ...`` (the line number says which)."""
+    return message.split(": ", 1)[1] if message.startswith("texts[0]: ") else message
+
+
+# ---------------------------------------------------------------- the output file
+class PartialOutput:
+    """OUTPUT.partial written in order, with OUTPUT.partial.json saying what it is a translation of."""
+
+    def __init__(self, output: Path, meta: dict, resume: bool, overwrite: bool) -> None:
+        self.output = output
+        self.partial = output.with_name(output.name + ".partial")
+        self.meta_path = output.with_name(output.name + ".partial.json")
+        self.errors_path = output.with_name(output.name + ".errors.tsv")
+        self.done = 0
+        if resume and self.partial.exists():
+            old = json.loads(self.meta_path.read_text()) if self.meta_path.exists() else {}
+            diff = [k for k in meta if old.get(k) != meta[k]]
+            if diff:
+                raise UsageError(f"--resume: {self.partial} was made with a different {', '.join(diff)}; "
+                                 "start over with --overwrite")
+            self.done = self._complete_lines()
+            if self.done > meta["lines"]:
+                raise UsageError(f"--resume: {self.partial} has more lines than the input")
+        elif self.partial.exists() and not overwrite:
+            raise UsageError(f"{self.partial} is left from an interrupted run: continue it with --resume "
+                             "or start over with --overwrite")
+        else:
+            self.partial.write_bytes(b"")
+            self.errors_path.unlink(missing_ok=True)
+        self.meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+        self.file = self.partial.open("a", encoding="utf-8", newline="\n")
+
+    def _complete_lines(self) -> int:
+        """Lines that end in a newline; a torn last line (the run died mid-write) is cut off."""
+        data = self.partial.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end != len(data):
+            with self.partial.open("r+b") as f:
+                f.truncate(end)
+        return data.count(b"\n", 0, end)
+
+    def write(self, line: str) -> None:
+        self.file.write(line + "\n")
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def record_failures(self, failures: list[Failure]) -> None:
+        if failures:
+            with self.errors_path.open("a", encoding="utf-8") as f:
+                f.writelines(f"{x.line}\t{x.code}\t{x.message}\n" for x in failures)
+
+    def finish(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.partial, self.output)
+        self.meta_path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.file.flush()
+            self.file.close()
+
+
+# ---------------------------------------------------------------- commands
+def _model_limits(client: TranslatorClient, job: Job) -> tuple[int, int]:
+    """Check the pair against what the server serves; return (max chars, max texts per request)."""
+    models = client.list_models(timeout=job.timeout)
+    if not models:
+        raise UsageError("the server has no model loaded")
+    chosen = next((m for m in models if m.name == job.model), None) if job.model else models[0]
+    if chosen is None:
+        raise UsageError(f"model {job.model!r} is not served; served: {', '.join(m.name for m in models)}")
+    pair = f"{job.source}-{job.target}"
+    if pair not in chosen.pairs:
+        raise UsageError(f"language pair {pair} is not served by model {chosen.name!r}; "
+                         f"it serves: {', '.join(chosen.pairs)}")
+    return chosen.max_chars_per_text, chosen.max_texts_per_request
+
+
+def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
+    if args.resume and not args.output:
+        raise UsageError("--resume needs -o/--output (standard output cannot be resumed)")
+    raw = Path(args.input).read_bytes() if args.input and args.input != "-" else sys.stdin.buffer.read()
+    try:
+        lines = split_lines(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{args.input or 'stdin'} is not UTF-8 text: {e}") from None
+    with TranslatorClient(connection=conn, timeout=job.timeout) as probe:
+        max_chars, max_texts = _model_limits(probe, job)
+    meta = {"input_sha256": hashlib.sha256(raw).hexdigest(), "lines": len(lines), "source": job.source,
+            "target": job.target, "model": job.model, "beam_size": job.beam_size, "nbest": job.nbest}
+    out = PartialOutput(Path(args.output), meta, args.resume, args.overwrite) if args.output else None
+    start = out.done if out else 0
+    quiet = args.quiet
+    if out and start and not quiet:
+        print(f"resuming: {start} of {len(lines)} lines already translated; translating the other "
+              f"{len(lines) - start}", file=sys.stderr)
+    progress = Progress(len(lines) - start, enabled=not quiet)
+
+    def emit(_: int, t: Translation | None) -> None:
+        line = format_translation(t, job.nbest)
+        if out:
+            out.write(line)
+        else:
+            sys.stdout.write(line + "\n")
+
+    async def run() -> FileTranslator:
+        async with AsyncTranslatorClient(connection=conn, timeout=job.timeout, retry=RetryPolicy(attempts=6)) as c:
+            translator = FileTranslator(c, job, max_chars, max_texts)
+            flusher = asyncio.create_task(_flush_every(out or sys.stdout, 0.5))
+            try:
+                await translator.run(lines, start, emit, progress)
+            finally:
+                flusher.cancel()
+                (out or sys.stdout).flush()
+                if out:
+                    out.record_failures(translator.failures)
+            return translator
+
+    try:
+        translator = asyncio.run(run())
+    except (TranslationError, KeyboardInterrupt) as e:
+        if out:
+            out.close()
+        why = "interrupted" if isinstance(e, KeyboardInterrupt) else str(e)
+        progress.close()
+        print(f"stopped: {why}", file=sys.stderr)
+        if out:
+            print(f"the lines finished so far are in {out.partial}; run the same command with --resume to "
+                  "translate the rest", file=sys.stderr)
+        return EXIT_STOPPED
+    progress.close()
+    if out:
+        out.finish()
+    failures = sorted(translator.failures, key=lambda x: x.line)
+    if failures:
+        where = f" (all listed in {out.errors_path})" if out else ""
+        print(f"{len(failures)} line(s) could not be translated and were left empty{where}:", file=sys.stderr)
+        for x in failures[:20]:
+            print(f"  line {x.line}: {x.code}: {x.message}", file=sys.stderr)
+        if len(failures) > 20:
+            print(f"  ... and {len(failures) - 20} more", file=sys.stderr)
+        return EXIT_FAILED_LINES
+    return EXIT_OK
+
+
+async def _flush_every(stream, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        stream.flush()
+
+
+def translate_texts(args: argparse.Namespace, conn: Connection, job: Job) -> int:
+    attention = bool(args.attention_png)
+    if attention and len(args.texts) != 1:
+        raise UsageError("--attention-png draws one sentence: give exactly one text")
+    with TranslatorClient(connection=conn, timeout=job.timeout) as client:
+        try:
+            result = client.translate(args.texts, job.source, job.target, model=job.model, timeout=job.timeout,
+                                      return_attention=attention, **job.options)
+        except TranslationError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_STOPPED
+    for t in result:
+        print(format_translation(t, job.nbest))
+    if attention:
+        from clients.attention import draw_attention
+
+        hyp = result[0].hypotheses[0]
+        m = draw_attention(hyp, args.attention_png, title=f"{job.source}: {args.texts[0]}\n{job.target}: {hyp.text}")
+        print(f"wrote {args.attention_png} ({m.shape[0]} target x {m.shape[1]} source pieces)", file=sys.stderr)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nmt-translate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("texts", nargs="*", help="texts to translate (otherwise -i FILE or standard input)")
+    p.add_argument("-s", "--source", required=True, help="source language, e.g. en")
+    p.add_argument("-t", "--target", required=True, help="target language, e.g. de")
+    p.add_argument("-i", "--input", help="a UTF-8 file, one sentence a line ('-' or none: standard input)")
+    p.add_argument("-o", "--output", help="write here (atomically); default standard output")
+    p.add_argument("--resume", action="store_true", help="continue OUTPUT.partial left by an interrupted run")
+    p.add_argument("--overwrite", action="store_true", help="discard OUTPUT.partial and start over")
+    p.add_argument("--address", action="append", help="server HOST:PORT; repeat (or comma-separate) to balance "
+                   "round-robin over several (default $NMT_ADDRESS or 127.0.0.1:50051)")
+    p.add_argument("--model", default="", help="model name, when the server has several")
+    p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
+    p.add_argument("--nbest", type=int, default=1, help="hypotheses per line, written as text<TAB>score columns")
+    p.add_argument("--batch-lines", type=int, default=32, help="lines per request")
+    p.add_argument("--in-flight", type=int, default=4, help="requests open at once")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request, retries included")
+    p.add_argument("--token", default=os.environ.get("NMT_TOKEN"), help="bearer token (default $NMT_TOKEN)")
+    p.add_argument("--tls-ca", type=Path, help="CA certificate: connect with TLS")
+    p.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
+    p.add_argument("--tls-key", type=Path, help="client key, for mutual TLS")
+    p.add_argument("--attention-png", help="draw the cross-attention of one text's translation to this PNG")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        for name in ("beam", "nbest", "batch_lines", "in_flight"):
+            if getattr(args, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+        if args.texts and args.input:
+            raise UsageError("give texts or -i FILE, not both")
+        if args.nbest > args.beam and args.beam > 1:
+            raise UsageError(f"--nbest {args.nbest} is more than --beam {args.beam}")
+        addresses = parse_addresses(args.address or os.environ.get("NMT_ADDRESS"))
+        conn = Connection(addresses=tuple(addresses), token=args.token, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
+                          tls_key=args.tls_key)
+        job = Job(args.source, args.target, args.model, args.beam, args.nbest, args.batch_lines, args.in_flight,
+                  args.timeout)
+        if args.texts:
+            return translate_texts(args, conn, job)
+        if args.attention_png:
+            raise UsageError("--attention-png needs the text on the command line")
+        return translate_file(args, conn, job)
+    except UsageError as e:
+        print(f"nmt-translate: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except TranslationError as e:
+        print(f"nmt-translate: {e}", file=sys.stderr)
+        return EXIT_STOPPED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
