@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# End-to-end test of the deployment: docker-compose.yml run for real.
+#
+#   sudo bash scripts/compose_e2e.sh [CHECKPOINT]
+#
+# 1. Starts a Docker engine when none answers (installs docker.io, docker-compose and
+#    debootstrap from Debian, runs dockerd in the background; stops it at the end).
+# 2. Builds the base image local/debian:bookworm with debootstrap (once; reused while it
+#    exists), trusting the host's CA certificates, and the server, balancer and
+#    Prometheus images on it. The training image (torch) is not built here.
+# 3. Makes a model package on the host with the project's .venv: exports
+#    $1 or $E2E_CHECKPOINT, else the model shipped in models/default/model.pt, else a tiny model
+#    trained for 200 steps (about 2 minutes).
+# 4. Starts the CPU stack (2 replicas behind nginx) and Prometheus, translates through
+#    the balancer, runs a short load test through it, checks from each replica's own
+#    metrics that both served requests (and that Prometheus scrapes both), stops one
+#    replica (it must drain and exit 0) and translates again through the balancer.
+# 5. Tears everything down (docker-compose down -v).
+#
+# Only 127.0.0.1 (published ports) and the containers' own loopback are ever targeted.
+# Every wait is bounded. Exit status 0 only when all of the above ran and passed.
+# Settings: E2E_CHECKPOINT, E2E_PORT (50061), E2E_PROMETHEUS_PORT (9191),
+# BASE_IMAGE (local/debian:bookworm), E2E_KEEP=1 (leave the stack up on failure).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BASE_IMAGE=${BASE_IMAGE:-local/debian:bookworm}
+PROJECT=nmt-e2e
+PORT=${E2E_PORT:-50061}
+PROM_PORT=${E2E_PROMETHEUS_PORT:-9191}
+ADDRESS=127.0.0.1:$PORT
+WORK=$(mktemp -d -t nmt-compose-e2e.XXXXXX)
+STARTED=$(date +%s)
+DOCKERD_PID=""
+STACK_UP=""
+PY=.venv/bin/python
+
+log() { echo "[compose-e2e +$(($(date +%s) - STARTED))s] $*"; }
+fail() { echo "[compose-e2e] FAILED: $*" >&2; exit 1; }
+
+# Compose reads these for the build arguments, the mounts and the published ports.
+export BASE_IMAGE NMT_MODELS=$WORK/models NMT_PACKAGE=default NMT_PUBLISH_HOST=127.0.0.1 \
+       NMT_GRPC_PORT=$PORT NMT_PROMETHEUS_PORT=$PROM_PORT NMT_CPU_THREADS=1
+export COMPOSE_DOCKER_CLI_BUILD=0 DOCKER_BUILDKIT=0 COMPOSE_HTTP_TIMEOUT=300 DEBIAN_FRONTEND=noninteractive
+COMPOSE=(docker-compose -p "$PROJECT" --profile cpu --profile monitoring)
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$STACK_UP" ]; then
+    if [ "$rc" -ne 0 ]; then
+      log "logs of the stack (last lines):"
+      timeout 60 "${COMPOSE[@]}" logs --no-color --tail 30 2>&1 | tail -150
+    fi
+    if [ "$rc" -ne 0 ] && [ -n "${E2E_KEEP:-}" ]; then
+      log "E2E_KEEP: leaving the stack $PROJECT up"
+    else
+      log "tearing down"
+      timeout 180 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || log "down failed"
+    fi
+  fi
+  if [ -n "$DOCKERD_PID" ]; then
+    log "stopping the dockerd this script started (pid $DOCKERD_PID)"
+    kill -TERM "$DOCKERD_PID" 2>/dev/null
+    for _ in $(seq 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$DOCKERD_PID" 2>/dev/null && kill -KILL "$DOCKERD_PID" 2>/dev/null
+  fi
+  rm -rf "$WORK"
+  if [ "$rc" -eq 0 ]; then log "PASSED in $(($(date +%s) - STARTED))s"; else log "failed (exit $rc)"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- 1. the engine -------------------------------------------------------------------
+need_install=""
+for tool in dockerd docker docker-compose debootstrap; do
+  command -v "$tool" >/dev/null || need_install=1
+done
+if [ -n "$need_install" ]; then
+  [ "$(id -u)" -eq 0 ] || fail "docker.io, docker-compose and debootstrap are missing and this is not root"
+  log "installing docker.io docker-compose debootstrap"
+  timeout 600 apt-get update -qq || fail "apt-get update failed"
+  timeout 900 apt-get install -y -qq docker.io docker-compose debootstrap >"$WORK/apt.log" 2>&1 \
+    || { tail -20 "$WORK/apt.log"; fail "apt-get install failed"; }
+fi
+if ! timeout 20 docker info >/dev/null 2>&1; then
+  [ "$(id -u)" -eq 0 ] || fail "no Docker engine answers and this is not root (cannot start dockerd)"
+  log "starting dockerd"
+  dockerd >"$WORK/dockerd.log" 2>&1 &
+  DOCKERD_PID=$!
+  for _ in $(seq 60); do
+    timeout 5 docker info >/dev/null 2>&1 && break
+    kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -20 "$WORK/dockerd.log"; DOCKERD_PID=""; fail "dockerd exited"; }
+    sleep 1
+  done
+  timeout 5 docker info >/dev/null 2>&1 || { tail -20 "$WORK/dockerd.log"; fail "dockerd did not answer within 60s"; }
+fi
+log "engine $(docker version --format '{{.Server.Version}}'), $(docker-compose version --short)"
+timeout 60 "${COMPOSE[@]}" --profile export config -q || fail "docker-compose config -q"
+# A stack left by an earlier run (E2E_KEEP) would hold the ports.
+timeout 180 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+
+# --- 2. images -----------------------------------------------------------------------
+if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+  log "base image $BASE_IMAGE exists"
+else
+  [ "$BASE_IMAGE" = local/debian:bookworm ] || fail "base image $BASE_IMAGE does not exist"
+  log "building $BASE_IMAGE with debootstrap"
+  rootfs=$WORK/rootfs
+  timeout 900 debootstrap --variant=minbase bookworm "$rootfs" >"$WORK/debootstrap.log" 2>&1 \
+    || { tail -20 "$WORK/debootstrap.log"; fail "debootstrap failed"; }
+  mkdir -p "$rootfs/etc/ssl/certs" "$rootfs/usr/local/share/ca-certificates"
+  cp /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/"
+  if [ -d /usr/local/share/ca-certificates ]; then
+    cp -r /usr/local/share/ca-certificates/. "$rootfs/usr/local/share/ca-certificates/"
+  fi
+  tar -C "$rootfs" -c . | timeout 300 docker import \
+    --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' - "$BASE_IMAGE" >/dev/null
+  rm -rf "$rootfs"
+fi
+log "building the server, balancer and Prometheus images"
+timeout 1800 nice -n 10 "${COMPOSE[@]}" build server lb prometheus >"$WORK/build.log" 2>&1 \
+  || { tail -40 "$WORK/build.log"; fail "image build failed"; }
+timeout 60 docker run --rm --entrypoint python nmt-server:cpu -c '
+import importlib.util, onnxruntime, grpc, server.main
+assert not [m for m in ("torch", "onnx") if importlib.util.find_spec(m)], "torch or onnx in the server image"' \
+  || fail "the server image holds torch or onnx, or lacks the server"
+
+# --- 3. a model package --------------------------------------------------------------
+ckpt=${1:-${E2E_CHECKPOINT:-}}
+if [ -z "$ckpt" ] && [ -d models/default ]; then
+  if [ -f models/default/model.pt ]; then
+    ckpt=models/default/model.pt
+  else
+    ckpt=$(find models/default -maxdepth 1 -name '*.pt' -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
+  fi
+fi
+export OMP_NUM_THREADS=1
+if [ -z "$ckpt" ] && [ -f models/default/model.json ]; then
+  log "models/default is a model package: serving it as it is"
+  mkdir -p "$WORK/models"
+  cp -r models/default "$WORK/models/default"
+elif [ -z "$ckpt" ]; then
+  log "no shipped checkpoint: training a tiny model (200 steps)"
+  timeout 900 nice -n 10 .venv/bin/nmt-train --preset tiny --out "$WORK/tiny" --max-steps 200 \
+    --directions en-de,de-en --threads 1 >"$WORK/train.log" 2>&1 || { tail -20 "$WORK/train.log"; fail "nmt-train"; }
+  ckpt=$WORK/tiny
+fi
+if [ -n "$ckpt" ]; then
+  log "exporting $ckpt"
+  timeout 900 nice -n 10 .venv/bin/nmt-export "$ckpt" "$WORK/models/default" --int8 --force >"$WORK/export.log" 2>&1 \
+    || { tail -20 "$WORK/export.log"; fail "nmt-export $ckpt"; }
+fi
+chmod -R a+rX "$WORK/models"
+
+# --- 4. the stack --------------------------------------------------------------------
+log "starting 2 CPU replicas, the balancer and Prometheus"
+STACK_UP=1
+# up returns once the replicas are healthy (lb depends on them with service_healthy).
+timeout 400 "${COMPOSE[@]}" up -d lb prometheus || fail "docker-compose up"
+mapfile -t replicas < <("${COMPOSE[@]}" ps -q server)
+[ "${#replicas[@]}" -eq 2 ] || fail "expected 2 replicas of server, found ${#replicas[@]}"
+for c in "${replicas[@]}"; do
+  [ "$(docker inspect -f '{{.State.Health.Status}}' "$c")" = healthy ] || fail "replica $c is not healthy"
+  [ "$(docker exec "$c" id -u)" != 0 ] || fail "replica $c runs as root"
+done
+
+# Waits (bounded) until the balancer answers; prints nothing.
+wait_balancer() {
+  local end=$((SECONDS + 60))
+  until timeout 10 $PY scripts/wait_serving.py --address "$ADDRESS" --timeout 5 >/dev/null 2>&1; do
+    [ $SECONDS -lt $end ] || fail "the balancer at $ADDRESS did not answer SERVING within 60s"
+    sleep 1
+  done
+}
+wait_balancer
+
+# Translates one text through the balancer; prints the translation.
+translate() {
+  # CLIENT: nmt-translate
+  timeout 60 .venv/bin/nmt-translate --address "$ADDRESS" --source en --target de --quiet "$1"
+}
+
+# The same through scripts/request.py, which never retries: after a replica stops, the
+# balancer itself must route around it.
+translate_once() {
+  timeout 60 $PY scripts/request.py --address "$ADDRESS" --source en --target de --beam 1 "$1" | tail -1
+}
+
+# Sum of nmt_requests_total{method="Translate",code="OK"} of one replica, read from its
+# metrics port on the container's own loopback.
+translated_by() {
+  timeout 30 docker exec "$1" python -c '
+import re, urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:9090/metrics", timeout=10).read().decode()
+print(int(sum(float(v) for v in re.findall(r"^nmt_requests_total\{(?=[^}]*method=\"Translate\")(?=[^}]*code=\"OK\")[^}]*\} (\S+)$", text, re.M))))'
+}
+
+out=$(translate "In the beginning God created the heavens and the earth.") || fail "translation through the balancer"
+[ -n "$out" ] || fail "empty translation through the balancer"
+log "translated through the balancer: $out"
+
+log "load test through the balancer"
+# CLIENT: nmt-loadtest
+timeout 120 .venv/bin/nmt-loadtest --address "$ADDRESS" --source en --target de --concurrency 1,4 --duration 3 \
+  --warmup 1 --max-total 60 --json "$WORK/load.json" >"$WORK/load.log" 2>&1 || { cat "$WORK/load.log"; fail "nmt-loadtest"; }
+tail -5 "$WORK/load.log"
+
+declare -A served
+total=0
+for c in "${replicas[@]}"; do
+  n=$(translated_by "$c") || fail "cannot read the metrics of replica $c"
+  served[$c]=$n
+  total=$((total + n))
+  log "replica $(docker inspect -f '{{.Name}}' "$c") answered $n Translate requests"
+  [ "$n" -gt 0 ] || fail "replica $c served no request: the balancer does not spread the load"
+done
+[ "$total" -ge 10 ] || fail "only $total requests reached the replicas"
+
+log "waiting for Prometheus to scrape both replicas"
+end=$((SECONDS + 90))
+until timeout 10 $PY - "$PROM_PORT" <<'EOF'
+import json, sys, urllib.parse, urllib.request
+query = 'count(sum by (instance) (nmt_requests_total{job="nmt-cpu",method="Translate"}) > 0)'
+url = f"http://127.0.0.1:{sys.argv[1]}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+result = json.load(urllib.request.urlopen(url, timeout=5))["data"]["result"]
+sys.exit(0 if result and int(float(result[0]["value"][1])) == 2 else 1)
+EOF
+do
+  [ $SECONDS -lt $end ] || fail "Prometheus does not show Translate requests from 2 replicas"
+  sleep 2
+done
+log "Prometheus scrapes both replicas"
+
+stopped=${replicas[0]}
+kept=${replicas[1]}
+log "stopping replica $(docker inspect -f '{{.Name}}' "$stopped")"
+timeout 60 docker stop -t 30 "$stopped" >/dev/null || fail "docker stop"
+code=$(docker inspect -f '{{.State.ExitCode}}' "$stopped")
+[ "$code" = 0 ] || fail "the stopped replica exited with $code (SIGTERM should drain and exit 0)"
+docker logs "$stopped" 2>&1 | grep -q "draining" || fail "the stopped replica did not log its drain"
+before=${served[$kept]}
+for i in 1 2 3 4 5 6; do
+  out=$(translate_once "Jesus wept.") || fail "translation $i through the balancer after one replica stopped"
+done
+log "the balancer's log of those requests (upstream: the replicas tried, in order):"
+timeout 30 docker logs --tail 6 "$("${COMPOSE[@]}" ps -q lb)" 2>/dev/null | sed 's/^/    /'
+after=$(translated_by "$kept")
+[ "$after" -ge $((before + 6)) ] || fail "the remaining replica did not answer the requests ($before -> $after)"
+log "with one replica stopped: 6/6 translations through the balancer (last: $out)"

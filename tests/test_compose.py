@@ -1,0 +1,109 @@
+"""The deployment files: docker-compose.yml validates with docker-compose (every profile),
+and the server image installs no torch. The stack itself runs in scripts/compose_e2e.sh."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = ROOT / "docker"
+PROFILES = ([], ["cpu"], ["cpu", "monitoring"], ["export"], ["cpu", "monitoring", "export"])
+
+
+def compose(*args: str) -> subprocess.CompletedProcess:
+    if shutil.which("docker-compose") is None:
+        pytest.skip("docker-compose is not installed (scripts/compose_e2e.sh installs it)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NMT_", "COMPOSE_"))}
+    env["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"  # validating needs no engine
+    return subprocess.run(["docker-compose", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("profiles", PROFILES, ids=lambda p: "+".join(p) or "default")
+def test_compose_file_validates(profiles):
+    flags = [f for p in profiles for f in ("--profile", p)]
+    r = compose(*flags, "config", "-q")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+
+
+def _profiles_of_services(config: str) -> dict[str, set[str]]:
+    """{service: its profiles} from the YAML that ``docker-compose config`` prints."""
+    out: dict[str, set[str]] = {}
+    section = service = key = ""
+    for line in config.splitlines():
+        if not line.startswith(" "):
+            section = line.rstrip(":")
+        elif section == "services" and re.match(r"^  \S.*:$", line):
+            service, key = line.strip().rstrip(":"), ""
+            out[service] = set()
+        elif section == "services" and key == "profiles" and line.startswith("    - "):
+            out[service].add(line[6:].strip())
+        elif section == "services" and re.match(r"^    \w", line):
+            key = line.strip().split(":")[0]
+    return out
+
+
+def test_compose_services_and_profiles():
+    # docker-compose up (no profile): the GPU server alone; the rest only when asked for.
+    assert _profiles_of_services(compose("config").stdout) == {
+        "server-gpu": set(), "server": {"cpu"}, "lb": {"cpu"}, "prometheus": {"monitoring"}, "export": {"export"}}
+
+
+def test_compose_wiring():
+    text = compose("--profile", "cpu", "--profile", "monitoring", "--profile", "export", "config").stdout
+    assert "scale: 2" in text
+    assert re.search(r"lb:\n(?:    .*\n)*?    depends_on:\n      server:\n        condition: service_healthy", text)
+    assert "- capabilities:\n            - gpu\n            count: 1\n            driver: nvidia" in text
+    assert "nmt-export /checkpoints/default/model.pt /models/default --force --int8 --fp16" in " ".join(text.split())
+    assert text.count("- nmt-health") == 2  # both servers' health checks use the gRPC probe
+    assert "127.0.0.1:50051:8080" in text  # published on loopback unless NMT_PUBLISH_HOST says otherwise
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_server_image_installs_no_torch():
+    project = _pyproject()["project"]
+    for extra in ("serve", "gpu"):  # what docker/server.Dockerfile installs
+        deps = project["dependencies"] + project["optional-dependencies"][extra]
+        assert not [d for d in deps if re.match(r"(torch|onnx)\b(?!runtime)", d)], (extra, deps)
+    dockerfile = (DOCKER / "server.Dockerfile").read_text()
+    installs = [line for line in dockerfile.splitlines() if "pip install" in line]
+    assert installs and not [line for line in installs if "torch" in line]
+    assert 'optional-dependencies"][sys.argv[1]]' in dockerfile and "echo gpu || echo serve" in dockerfile
+    assert "import torch' 2>/dev/null; then echo \"torch must not be in the server image\"" in dockerfile
+
+
+def test_images_use_the_base_image_argument_and_a_non_root_user():
+    for name in ("server", "train", "nginx", "prometheus"):
+        text = (DOCKER / f"{name}.Dockerfile").read_text()
+        assert text.startswith("#") and "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}\n" in text, name
+        assert re.search(r"^USER (?!root)\w+$", text, re.M), name
+        assert 'ENTRYPOINT ["tini", "--"]' in text, name
+    server = (DOCKER / "server.Dockerfile").read_text()
+    assert 'HEALTHCHECK' in server and '"nmt-health"' in server
+    assert _pyproject()["project"]["scripts"]["nmt-health"] == "server.health_probe:main"
+
+
+def test_training_image_pins_the_torch_of_the_cpu_install():
+    pinned = re.search(r"^torch==(\S+)$", (ROOT / "scripts/constraints-cpu.txt").read_text(), re.M).group(1)
+    text = (DOCKER / "train.Dockerfile").read_text()
+    assert f"ARG TORCH_VERSION={pinned}\n" in text
+    assert f"TORCH_VERSION: ${{TORCH_VERSION:-{pinned}}}" in (ROOT / "docker-compose.yml").read_text()
+
+
+def test_build_context_holds_sources_not_data():
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert ignore[1:2] == ["*"]  # everything is out unless listed
+    included = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    packages = {p.split(".")[0] for p in _pyproject()["tool"]["setuptools"]["packages"]} - {"nmt"}
+    assert packages <= included  # setuptools needs every package to build the wheel
+    assert not included & {"runs", "packages", "models", ".venv", "data"}
