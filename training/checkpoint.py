@@ -8,6 +8,7 @@ RNG states so that a resumed run continues exactly where it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from training.model import Transformer
 from training.tokenizer import Tokenizer
 
 _STEP_FILE = re.compile(r"step_(\d+)\.pt$")
+SUMS_FILE = "SHA256SUMS"  # beside a shipped model: checked before the file is unpickled
 
 
 def checkpoint_dir(out_dir: str | Path) -> Path:
@@ -48,6 +50,7 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    verify_sha256(path)
     ckpt = torch.load(path, map_location=map_location, weights_only=False)
     for key in ("model", "config"):
         if key not in ckpt:
@@ -55,12 +58,40 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     return ckpt
 
 
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_sha256(path: Path) -> None:
+    """When a SHA256SUMS file lies beside ``path`` (a shipped model), ``path`` must be listed in
+    it with the right digest: a corrupt or swapped file fails here, before torch unpickles it."""
+    sums = path.parent / SUMS_FILE
+    if not sums.is_file():
+        return
+    listed = {}
+    for line in sums.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        listed[name.strip()] = digest.strip()
+    if path.name not in listed:
+        raise ValueError(f"{path} is not listed in {sums}")
+    digest = sha256_file(path)
+    if digest != listed[path.name]:
+        raise ValueError(f"{path}: sha256 {digest} does not match {listed[path.name]} in {sums}; "
+                         "the file is corrupt or was replaced")
+
+
 def resolve(path: str | Path) -> Path:
-    """A checkpoint file, or a run directory (its averaged model if any, else its last checkpoint)."""
+    """A checkpoint file, a shipped model's directory (its model.pt), or a run directory (its
+    averaged model if any, else its last checkpoint)."""
     path = Path(path)
     if path.is_dir():
-        if (path / "average.pt").is_file():
-            return path / "average.pt"
+        for name in ("model.pt", "average.pt"):
+            if (path / name).is_file():
+                return path / name
         found = list_checkpoints(path)
         if not found:
             raise FileNotFoundError(f"{path} holds no checkpoint")

@@ -1,0 +1,55 @@
+"""Shipping a model: half-precision weights, readable side files, sha256 checked on load."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from training.checkpoint import SUMS_FILE, load, load_model, resolve
+from training.ship import ship
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory, tiny_checkpoint):
+    out = tmp_path_factory.mktemp("shipped") / "default"
+    ship(tiny_checkpoint, out)
+    return out
+
+
+def test_ship_writes_half_weights_config_tokenizer_and_sums(shipped, tiny_checkpoint):
+    names = sorted(p.name for p in shipped.iterdir())
+    assert {"model.pt", "config.json", "tokenizer.model", SUMS_FILE} <= set(names)
+    ckpt = load(shipped / "model.pt")
+    assert all(v.dtype == torch.float16 for v in ckpt["model"].values() if v.is_floating_point())
+    assert "optimizer" not in ckpt
+    assert (shipped / "tokenizer.model").read_bytes() == ckpt["tokenizer_model"]
+    listed = [line.split("  ")[1] for line in (shipped / SUMS_FILE).read_text().splitlines()]
+    assert listed == sorted(n for n in names if n != SUMS_FILE)
+    assert resolve(shipped) == shipped / "model.pt"
+
+
+def test_shipped_model_computes_what_the_original_did(shipped, tiny_checkpoint):
+    full, _, _ = load_model(tiny_checkpoint)
+    half, _, _ = load_model(shipped)
+    src = torch.tensor([[5, 6, 7, 8, 3]])
+    tgt = torch.tensor([[2, 9, 10]])
+    a, b = full(src, tgt), half(src, tgt)
+    assert b.dtype == torch.float32
+    assert torch.allclose(a, b, atol=2e-2)
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+def test_a_changed_file_fails_before_unpickling(shipped, tmp_path):
+    copy = tmp_path / "m"
+    shutil.copytree(shipped, copy)
+    data = bytearray((copy / "model.pt").read_bytes())
+    data[-10] ^= 0xFF
+    (copy / "model.pt").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"model.pt: sha256 [0-9a-f]{64} does not match [0-9a-f]{64} in .*SHA256SUMS; "
+                                         "the file is corrupt or was replaced"):
+        load(copy / "model.pt")
+    (copy / "other.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"other\.pt is not listed in"):
+        load(copy / "other.pt")
