@@ -11,25 +11,16 @@ server's own decoder, batches of --batch-rows sorted by length). Same threads fo
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import grpc
 import sentencepiece as spm
 
+from bench.server_load import Request, ServerProcess, run_load
 from export.package import ModelPackage
 from export.verify import decode
-from nmt.v1 import translator_pb2 as pb
-from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.runtime import Runtime, RuntimeOptions
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_sentences(package: ModelPackage, pair: str, n: int, source_file: Path | None) -> list[str]:
@@ -55,30 +46,10 @@ def offline(package: ModelPackage, pair: str, sentences: list[str], threads: int
     return len(srcs) / (time.perf_counter() - start)
 
 
-async def clients(port: int, pair: str, sentences: list[str], concurrency: int) -> tuple[float, list[float]]:
+def clients(address: str, pair: str, sentences: list[str], concurrency: int) -> tuple[float, list[float]]:
     src, tgt = pair.split("-")
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = pb_grpc.TranslatorStub(channel)
-        await stub.Translate(pb.TranslateRequest(texts=sentences[:1], source_lang=src, target_lang=tgt))
-        queue = list(reversed(sentences))
-        latencies: list[float] = []
-
-        async def worker() -> None:
-            while queue:
-                text = queue.pop()
-                t0 = time.perf_counter()
-                await stub.Translate(pb.TranslateRequest(texts=[text], source_lang=src, target_lang=tgt), timeout=600)
-                latencies.append(time.perf_counter() - t0)
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return len(sentences) / (time.perf_counter() - start), sorted(latencies)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    result = run_load(address, [Request([text], src, tgt) for text in sentences], concurrency)
+    return len(sentences) / result.seconds, sorted(result.latencies)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,31 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     pair = args.pair or package.pairs[0]
     sentences = load_sentences(package, pair, args.sentences, args.source_file)
     offline_rate = offline(package, pair, sentences, args.threads, args.batch_rows)
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "server.main", "--model", args.package, "--host", "127.0.0.1",
-                             "--port", str(port), "--metrics-port", "-1", "--device", "cpu", "--threads",
-                             str(args.threads), "--max-batch-rows", str(args.batch_rows), "--log-level", "WARNING"],
-                            env=env, cwd=ROOT)
     rows = []
-    try:
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-        health = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
-        for _ in range(600):
-            try:
-                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    break
-            except grpc.RpcError:
-                time.sleep(0.1)
+    with ServerProcess(args.package, args.threads, args.batch_rows) as srv:
         for level in (int(x) for x in args.levels.split(",")):
-            rate, lat = asyncio.run(clients(port, pair, sentences, level))
+            rate, lat = clients(srv.address, pair, sentences, level)
             rows.append({"clients": level, "sentences_per_s": round(rate, 2),
                          "vs_offline": round(rate / offline_rate, 2), "p50_ms": round(1000 * lat[len(lat) // 2], 1),
                          "p99_ms": round(1000 * lat[int(len(lat) * .99)], 1)})
-    finally:
-        proc.terminate()
-        proc.wait(30)
     result = {"package": args.package, "pair": pair, "sentences": len(sentences), "threads": args.threads,
               "offline_sentences_per_s": round(offline_rate, 2), "rows": rows}
     print(f"{len(sentences)} sentences ({pair}), greedy, {args.threads} threads; offline batch decoding "

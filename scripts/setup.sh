@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates .venv with the CPU build of PyTorch and the project (train, export, serve and dev extras).
+# Creates .venv with the CPU build of PyTorch and the project (train, export, serve, dev and bench extras).
 # Idempotent: a second run only checks that everything is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,5 +10,5 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt -e ".[train,export,serve,dev]"
+.venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt -e ".[train,export,serve,dev,bench]"
 echo "environment ready: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')"

@@ -1,0 +1,162 @@
+"""The offline engines of ``nmt-bench``, each measured in a fresh child process.
+
+    python -m bench.engines < work.json > result.json     (what nmt-bench runs; not a user command)
+
+A child gets one configuration (engine, beam size, batches of source ids, threads) as
+JSON on stdin, imports only that engine's library, records its resident set size (RSS),
+loads the model, decodes the first batch once untimed (warm-up), then times every batch
+(``repeats`` passes, the fastest kept) and prints one JSON line: per-batch seconds,
+output ids, and the peak RSS of the process (``ru_maxrss``) minus the RSS after imports,
+before the model was loaded.
+
+Engines (``ENGINES``): ``pytorch`` (reference decoder, no cache), ``pytorch-cache``,
+``onnx-fp32`` / ``onnx-int8`` (the server's decoding loop over onnxruntime, offline),
+``ct2-fp32`` / ``ct2-int8`` (CTranslate2 on the converted checkpoint; int8 is quantised
+from the fp32 weights when loaded). On ``--device cuda``: ``pytorch-cache``,
+``onnx-fp32``, ``onnx-fp16`` and ``ct2-fp16``.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Decoder = Callable[[list[list[int]]], list[list[int]]]  # sources (tag + pieces + eos) -> output ids
+
+CPU_ENGINES = ("pytorch", "pytorch-cache", "onnx-fp32", "onnx-int8", "ct2-fp32", "ct2-int8")
+CUDA_ENGINES = ("pytorch-cache", "onnx-fp32", "onnx-fp16", "ct2-fp16")
+
+
+def rss_mib() -> float:
+    """Current resident set size of this process (Linux /proc; peak RSS elsewhere)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return peak_rss_mib()
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def import_engine(engine: str) -> None:
+    """Import the engine's library before the RSS baseline, so the delta is the model and decoding."""
+    if engine.startswith("pytorch"):
+        import torch  # noqa: F401
+    elif engine.startswith("onnx"):
+        import onnxruntime  # noqa: F401
+    elif engine.startswith("ct2"):
+        import ctranslate2  # noqa: F401
+    else:
+        raise ValueError(f"unknown engine {engine!r}")
+
+
+def pytorch_decoder(work: dict[str, Any]) -> Decoder:
+    import torch
+
+    from training import checkpoint as ckpt_io
+    from training.data import pad
+    from training.decode import beam_search, greedy_search
+
+    torch.set_num_threads(work["threads"])
+    device = work["device"]
+    model, _, _ = ckpt_io.load_model(work["checkpoint"], device)
+    use_cache, beam = work["engine"] == "pytorch-cache", work["beam_size"]
+
+    def run(sources: list[list[int]]) -> list[list[int]]:
+        src = pad(sources).to(device)
+        if beam == 1:
+            hyps = greedy_search(model, src, use_cache=use_cache)
+        else:
+            hyps = [nb[0] for nb in beam_search(model, src, beam_size=beam, alpha=work["alpha"], use_cache=use_cache)]
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return [h.tokens for h in hyps]
+
+    return run
+
+
+def onnx_decoder(work: dict[str, Any]) -> Decoder:
+    from export.package import ModelPackage
+    from export.verify import decode
+    from server.decoding import DecodeOptions
+    from server.runtime import Runtime, RuntimeOptions
+
+    variant = work["engine"].split("-")[1]
+    rt = Runtime(ModelPackage.load(work["package"]),
+                 RuntimeOptions(device=work["device"], threads=work["threads"], variant=variant))
+    if rt.device != work["device"]:
+        raise RuntimeError(f"onnxruntime runs on {rt.device}, not {work['device']} (providers {rt.providers})")
+    options = DecodeOptions(beam_size=work["beam_size"], alpha=work["alpha"])
+    return lambda sources: [nb[0].tokens for nb in decode(rt, sources, options)]
+
+
+def ct2_decoder(work: dict[str, Any]) -> Decoder:
+    import ctranslate2
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=work["tokenizer"])
+    compute_type = {"fp32": "float32", "int8": "int8", "fp16": "float16"}[work["engine"].split("-")[1]]
+    translator = ctranslate2.Translator(work["ct2_model"], device=work["device"], compute_type=compute_type,
+                                        intra_threads=work["threads"], inter_threads=1)
+    cap = work["max_target_tokens"]
+
+    def run(sources: list[list[int]]) -> list[list[int]]:
+        # CT2 takes one length bound per call: the batch's largest per-sentence bound (our rule).
+        limit = max(min(cap, int(1.5 * len(s)) + 10) for s in sources)
+        tokens = [[sp.id_to_piece(i) for i in s[:-1]] for s in sources]  # CT2 appends eos itself
+        results = translator.translate_batch(tokens, beam_size=work["beam_size"], length_penalty=work["alpha"],
+                                             max_decoding_length=limit, max_batch_size=0)
+        return [[sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
+
+    return run
+
+
+def build(work: dict[str, Any]) -> Decoder:
+    engine = work["engine"]
+    if engine.startswith("pytorch"):
+        return pytorch_decoder(work)
+    if engine.startswith("onnx"):
+        return onnx_decoder(work)
+    return ct2_decoder(work)
+
+
+def measure(work: dict[str, Any]) -> dict[str, Any]:
+    import_engine(work["engine"])
+    base = rss_mib()
+    decoder = build(work)
+    batches: list[list[list[int]]] = work["batches"]
+    decoder(batches[0])  # warm-up, untimed
+    repeats = work.get("repeats", 1)
+    best: list[float] = []
+    for r in range(repeats):  # the fastest pass is kept (decoding is deterministic: same outputs)
+        seconds, outputs = [], []
+        for i, batch in enumerate(batches):
+            start = time.perf_counter()
+            outputs.extend(decoder(batch))
+            seconds.append(time.perf_counter() - start)
+            if work.get("progress") and (i + 1) % max(1, len(batches) // 4) == 0:
+                print(f"    {work['engine']}: pass {r + 1}/{repeats}, {i + 1}/{len(batches)} batches",
+                      file=sys.stderr, flush=True)
+        if not best or sum(seconds) < sum(best):
+            best = seconds
+    return {"batch_seconds": best, "outputs": outputs, "rss_base_mib": round(base, 1),
+            "peak_rss_delta_mib": round(peak_rss_mib() - base, 1)}
+
+
+def main() -> int:
+    work = json.loads(sys.stdin.read())
+    print(json.dumps(measure(work)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

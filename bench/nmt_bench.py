@@ -1,0 +1,325 @@
+"""``nmt-bench``: our decoders against PyTorch and CTranslate2 on identical weights.
+
+    nmt-bench --checkpoint runs/small-ende --package packages/small-ende --sentences 128 --threads 1
+
+Sentences: the first ``--sentences`` of the checkpoint's test split (split evenly over its
+directions; the bundled Bible by default), or ``--file`` (one source a line, or
+``source<TAB>reference``, in the direction ``--pair``). Each direction's sentences are
+sorted by length and cut into batches; every engine decodes exactly those batches, greedy
+and beam (``--beam-size``, GNMT length penalty alpha 0.6; CTranslate2's length penalty
+is length ** alpha, so its beam outputs may differ slightly).
+
+Engines (``--engines``, CPU): pytorch (training/decode.py without the KV cache),
+pytorch-cache, onnx-fp32 / onnx-int8 (the server's decoding loop, offline), ct2-fp32 /
+ct2-int8 (the checkpoint converted by bench/ct2_convert.py), and server: ``nmt-serve``
+in a subprocess on 127.0.0.1, fed by ``--clients`` closed-loop gRPC clients sending
+requests of batch-size texts. ``--device cuda``: pytorch-cache, onnx-fp32, onnx-fp16 and
+ct2-fp16 on the GPU, skipped (with a note in the JSON) when there is none.
+
+Every offline configuration runs in a fresh child process (bench/engines.py): warm-up on
+the first batch, then every batch timed (``--repeats`` passes, the fastest kept; the
+server: the whole load repeated). Reported: sentences/s and target tokens/s (wall
+time over all batches), latency per batch (server: per request), peak RSS delta (child's
+``ru_maxrss`` minus its RSS after importing the engine, before loading the model; server:
+its VmHWM minus the RSS of a process that imported the server's modules), BLEU against
+the references (sacrebleu, all directions pooled), and the share of texts identical to
+pytorch-cache's (the reference decoder; onnx-fp32's if pytorch-cache is not run) in the
+same configuration. The same thread count
+for every engine (CTranslate2: intra_threads = --threads, inter_threads = 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import bench_report
+from bench.engines import CPU_ENGINES, CUDA_ENGINES
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER = "server"
+REFERENCE_ENGINES = ("pytorch-cache", "onnx-fp32")  # the first one run is what "same text" compares with
+ALPHA = 0.6
+
+
+@dataclass(frozen=True)
+class Item:
+    src: str
+    src_lang: str
+    tgt_lang: str
+    ref: str | None
+    ids: list[int]  # tag + pieces + eos
+
+
+@dataclass(frozen=True)
+class Batch:
+    rows: list[int]  # indices into the items
+    src_lang: str
+    tgt_lang: str
+
+
+def load_items(args: argparse.Namespace, data_cfg: Any, tokenizer: Any) -> list[Item]:
+    from training.data import load_pairs, parse_direction
+
+    raw: list[tuple[str, str, str, str | None]] = []
+    if args.file:
+        src_lang, tgt_lang = parse_direction(args.pair or data_cfg.directions[0])
+        for line in Path(args.file).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                src, _, ref = line.partition("\t")
+                raw.append((src.strip(), src_lang, tgt_lang, ref.strip() or None))
+        raw = raw[: args.sentences]
+    else:
+        directions = [args.pair] if args.pair else list(data_cfg.directions)
+        per_direction = -(-args.sentences // len(directions))
+        by_dir: dict[str, list[tuple[str, str, str, str | None]]] = {d: [] for d in directions}
+        for p in load_pairs(data_cfg, "test"):
+            got = by_dir.get(p.direction)
+            if got is not None and len(got) < per_direction:
+                got.append((p.src, p.src_lang, p.tgt_lang, p.tgt))
+        raw = [x for d in directions for x in by_dir[d]]
+    if not raw:
+        raise SystemExit("no sentences: the checkpoint's data has no test split here; pass --file")
+    return [Item(s, sl, tl, r, tokenizer.encode_source(s, tl)) for s, sl, tl, r in raw]
+
+
+def make_batches(items: list[Item], batch_size: int) -> list[Batch]:
+    """Per direction, sorted by source length (stable), cut into batches."""
+    batches = []
+    for direction in dict.fromkeys((it.src_lang, it.tgt_lang) for it in items):
+        rows = sorted((i for i, it in enumerate(items) if (it.src_lang, it.tgt_lang) == direction),
+                      key=lambda i: len(items[i].ids))
+        batches += [Batch(rows[i:i + batch_size], *direction) for i in range(0, len(rows), batch_size)]
+    return batches
+
+
+def run_child(work: dict[str, Any], threads: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    proc = subprocess.run([sys.executable, "-m", "bench.engines"], input=json.dumps(work), capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+    if proc.returncode:
+        lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
+        raise RuntimeError(lines[-1] if lines else f"exit code {proc.returncode}")
+    for line in proc.stderr.splitlines():
+        print(line, file=sys.stderr, flush=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def server_baseline_mib() -> float:
+    """RSS of a fresh process that imported the server's modules (no model loaded)."""
+    code = "import server.main\nfrom bench.engines import rss_mib\nprint(rss_mib())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def run_server(args: argparse.Namespace, items: list[Item], batches: list[Batch], beam: int,
+               baseline: float) -> tuple[float, list[float], list[str], list[int], float]:
+    from bench.server_load import Request, ServerProcess, process_rss_mib, run_load
+
+    bs = max(len(b.rows) for b in batches)
+    requests = [Request([items[i].src for i in b.rows], b.src_lang, b.tgt_lang) for b in batches]
+    with ServerProcess(args.package, args.threads, max_batch_rows=max(64, bs * beam), device=args.device,
+                       extra=["--max-texts", str(max(64, bs))]) as srv:
+        result = min((run_load(srv.address, requests, args.clients, beam, ALPHA) for _ in range(args.repeats)),
+                     key=lambda r: r.seconds)
+        peak = process_rss_mib(srv.pid)
+    texts, tokens = [""] * len(items), [0] * len(items)
+    for b, response in zip(batches, result.responses):
+        for i, tr in zip(b.rows, response.translations):
+            texts[i], tokens[i] = tr.hypotheses[0].text, tr.hypotheses[0].num_tokens
+    return result.seconds, result.latencies, texts, tokens, peak - baseline if peak else 0.0
+
+
+def bleu(hyps: list[str], refs: list[str | None]) -> float | None:
+    if not refs or any(r is None for r in refs):
+        return None
+    import sacrebleu
+
+    return round(sacrebleu.corpus_bleu(hyps, [list(refs)]).score, 2)  # type: ignore[arg-type]
+
+
+def summarise(engine: str, mode: str, bs: int, batches: list[Batch], total: float, latencies: list[float],
+              texts: list[str], tokens: list[int], items: list[Item], rss: float) -> dict[str, Any]:
+    """``total``: wall seconds of all batches (offline: their sum; server: the whole load)."""
+    lat = np.array(latencies) * 1000
+    by_dir = {}
+    for d in dict.fromkeys(f"{it.src_lang}-{it.tgt_lang}" for it in items):
+        sel = [i for i, it in enumerate(items) if f"{it.src_lang}-{it.tgt_lang}" == d]
+        by_dir[d] = bleu([texts[i] for i in sel], [items[i].ref for i in sel])
+    return {"engine": engine, "mode": mode, "batch_size": bs, "batches": len(batches), "sentences": len(items),
+            "seconds": round(total, 3), "sentences_per_s": round(len(items) / total, 2),
+            "tokens_per_s": round(sum(tokens) / total, 1), "target_tokens": int(sum(tokens)),
+            "latency_ms": {"mean": round(float(lat.mean()), 1), "p50": round(float(np.percentile(lat, 50)), 1),
+                           "p90": round(float(np.percentile(lat, 90)), 1)},
+            "peak_rss_delta_mib": round(rss, 1), "bleu": bleu(texts, [it.ref for it in items]),
+            "bleu_by_direction": by_dir, "texts": texts}
+
+
+def run_config(args: argparse.Namespace, engine: str, mode: str, bs: int, items: list[Item], tokenizer: Any,
+               paths: dict[str, Any], server_base: float) -> dict[str, Any]:
+    beam = 1 if mode == "greedy" else args.beam_size
+    batches = make_batches(items, bs)
+    if engine == SERVER:
+        total, latencies, texts, tokens, rss = run_server(args, items, batches, beam, server_base)
+    else:
+        work = {"engine": engine, "beam_size": beam, "alpha": ALPHA, "threads": args.threads, "device": args.device,
+                "batches": [[items[i].ids for i in b.rows] for b in batches], "progress": True,
+                "repeats": args.repeats, **paths}
+        result = run_child(work, args.threads)
+        latencies = result["batch_seconds"]
+        total = sum(latencies)
+        cap = int(paths["max_target_tokens"])
+        rows = [i for b in batches for i in b.rows]
+        texts, tokens = [""] * len(items), [0] * len(items)
+        for i, ids in zip(rows, result["outputs"]):
+            if engine.startswith("ct2") and beam == 1:  # CT2 bounds a whole call: cut rows at their own bound
+                ids = ids[: min(cap, int(1.5 * len(items[i].ids)) + 10)]
+            texts[i], tokens[i] = tokenizer.decode(ids), len(ids)
+        rss = result["peak_rss_delta_mib"]
+    return summarise(engine, mode, bs, batches, total, latencies, texts, tokens, items, rss)
+
+
+def add_agreement(rows: list[dict[str, Any]]) -> str | None:
+    """Share of texts identical to the reference engine's in the same configuration; returns its name."""
+    ran = {r["engine"] for r in rows if not r.get("error")}
+    reference = next((e for e in REFERENCE_ENGINES if e in ran), None)
+    for row in rows:
+        if row.get("error"):
+            continue
+        ref = next((r for r in rows if r["engine"] == reference and r["mode"] == row["mode"]
+                    and r["batch_size"] == row["batch_size"] and not r.get("error")), None)
+        if ref is None:
+            row["identical_to_reference"] = None
+            continue
+        same = sum(a == b for a, b in zip(row["texts"], ref["texts"]))
+        row["identical_to_reference"] = round(same / len(ref["texts"]), 4)
+    return reference
+
+
+def cuda_available() -> str:
+    """Empty if some engine can use a GPU here, else why not."""
+    import torch
+
+    if torch.cuda.is_available():
+        return ""
+    return "no CUDA device (torch.cuda.is_available() is False)"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="nmt-bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
+    p.add_argument("--package", required=True, help="the model package exported from that checkpoint")
+    p.add_argument("--file", type=Path, help="sentences: 'source' or 'source<TAB>reference' lines")
+    p.add_argument("--pair", help="direction of --file (default: the checkpoint's first); limits the test split")
+    p.add_argument("--sentences", type=int, default=128, help="subset size (split over directions)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads of every engine")
+    p.add_argument("--engines", help=f"comma-separated (CPU: {','.join((*CPU_ENGINES, SERVER))}; "
+                                     f"CUDA: {','.join(CUDA_ENGINES)})")
+    p.add_argument("--modes", default="greedy,beam")
+    p.add_argument("--batch-sizes", default="1,32")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=1, help="timed passes per configuration; the fastest is kept")
+    p.add_argument("--clients", type=int, default=8, help="concurrent gRPC clients for the server engine")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--ct2-model", type=Path, help="where to convert the checkpoint for CTranslate2 "
+                                                  "(default: beside --out; replaced every run)")
+    p.add_argument("--out", type=Path, help="JSON results (default bench/results/nmt_bench-<device>.json); "
+                                            "a Markdown table is written beside it")
+    p.add_argument("--chart", type=Path, help="also draw sentences/s as a PNG here")
+    args = p.parse_args(argv)
+    args.out = args.out or Path(f"bench/results/nmt_bench-{args.device}.json")
+    default = (*CPU_ENGINES, SERVER) if args.device == "cpu" else CUDA_ENGINES
+    args.engines = [e.strip() for e in args.engines.split(",")] if args.engines else list(default)
+    allowed = set(CPU_ENGINES) | {SERVER} if args.device == "cpu" else set(CUDA_ENGINES) | {SERVER}
+    unknown = [e for e in args.engines if e not in allowed]
+    if unknown:
+        p.error(f"unknown engine(s) for {args.device}: {', '.join(unknown)}; choose from {', '.join(sorted(allowed))}")
+    args.modes = [m.strip() for m in args.modes.split(",")]
+    if set(args.modes) - {"greedy", "beam"}:
+        p.error("--modes takes greedy and/or beam")
+    args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    info = {"command": "nmt-bench " + " ".join(sys.argv[1:] if argv is None else argv),
+            "device": args.device, "threads": args.threads, "machine": bench_report.machine(),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.device == "cuda" and (why := cuda_available()):
+        print(f"CUDA benchmark skipped: {why}", flush=True)
+        args.out.write_text(json.dumps({**info, "skipped": why, "rows": []}, indent=1))
+        return 0
+
+    from export.package import ModelPackage
+    from training import checkpoint as ckpt_io
+    from training.config import RunConfig
+
+    ckpt_path = ckpt_io.resolve(args.checkpoint)
+    ckpt = ckpt_io.load(ckpt_path)
+    cfg = RunConfig.from_dict(ckpt["config"])
+    tokenizer = ckpt_io.load_tokenizer(ckpt)
+    package = ModelPackage.load(args.package)
+    if package.tokenizer_path.read_bytes() != tokenizer.model_proto:
+        raise SystemExit(f"{args.package} was not exported from {ckpt_path}: their tokenizers differ")
+    items = load_items(args, cfg.data, tokenizer)
+    paths = {"checkpoint": str(ckpt_path), "package": str(args.package), "tokenizer": str(package.tokenizer_path),
+             "max_target_tokens": package.max_target_tokens, "ct2_model": ""}
+    if any(e.startswith("ct2") for e in args.engines):
+        from bench.ct2_convert import convert
+
+        ct2_dir = args.ct2_model or args.out.parent / f"ct2-{ckpt_path.parent.name}-{ckpt_path.stem}"
+        paths["ct2_model"] = str(convert(ckpt_path, ct2_dir, force=True))
+    server_base = server_baseline_mib() if SERVER in args.engines else 0.0
+    info.update({"checkpoint": str(ckpt_path), "package": str(args.package), "sentences": len(items),
+                 "directions": sorted({f"{i.src_lang}-{i.tgt_lang}" for i in items}),
+                 "mean_source_tokens": round(float(np.mean([len(i.ids) for i in items])), 1),
+                 "beam_size": args.beam_size, "alpha": ALPHA, "clients": args.clients, "engines": args.engines,
+                 "repeats": args.repeats,
+                 "decoder_onnx_mib": round(package.graph_path("decoder").stat().st_size / 2**20, 1)})
+    configs = [(m, bs, e) for m in args.modes for bs in args.batch_sizes for e in args.engines]
+    print(f"{len(items)} sentences ({', '.join(info['directions'])}), {args.threads} thread(s), {args.device}; "
+          f"{len(configs)} configurations", flush=True)
+    rows: list[dict[str, Any]] = []
+    for n, (mode, bs, engine) in enumerate(configs, 1):
+        print(f"[{n}/{len(configs)}] {engine} {mode} batch {bs} ...", flush=True)
+        start = time.monotonic()
+        try:
+            row = run_config(args, engine, mode, bs, items, tokenizer, paths, server_base)
+            print(f"    {row['sentences_per_s']:.2f} sent/s, {row['tokens_per_s']:.0f} tok/s, "
+                  f"BLEU {bench_report.fmt(row['bleu'], 2)} ({time.monotonic() - start:.0f}s)", flush=True)
+        except Exception as e:  # one failing engine must not lose the others' numbers
+            row = {"engine": engine, "mode": mode, "batch_size": bs, "error": f"{type(e).__name__}: {e}"}
+            print(f"    failed: {row['error']}", flush=True)
+        rows.append(row)
+    reference = add_agreement(rows)
+    result = {**info, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "same_text_reference": reference, "rows": rows}
+    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    table = bench_report.markdown_table(rows)
+    args.out.with_suffix(".md").write_text(table + "\n")
+    print()
+    print(bench_report.text_table(rows))
+    if args.chart:
+        m = info["machine"]
+        bench_report.chart(rows, args.chart, f"{len(items)} sentences, {args.threads} thread(s), {args.device}: "
+                                             f"{m['cpu']} ({m['cores']} cores)")
+    print(f"\nresults: {args.out} (table: {args.out.with_suffix('.md')})"
+          + (f", chart: {args.chart}" if args.chart else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

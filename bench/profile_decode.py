@@ -1,0 +1,227 @@
+"""Where the offline decoding time goes: onnxruntime vs our Python loop, beside CTranslate2.
+
+    python -m bench.profile_decode --checkpoint runs/small-ende --package packages/small-ende \
+        --sentences 64 --batch-size 32 --variant fp32
+
+Decodes the same batches as nmt-bench (test split, per direction, sorted by length) with
+the server's decoding loop, timing ``encoder.run`` and ``decoder.run`` (the sessions'
+own time, inputs and outputs included) apart from everything else (the Python of
+``server/decoding.py``: feeding the step, log-softmax, search bookkeeping, cache
+reordering and compaction), then the same batches with CTranslate2 on the converted
+checkpoint. Also times one decoder step with the cache outputs discarded versus kept,
+for the cost of returning the growing cache to numpy, and with ``--ort-ops`` prints
+onnxruntime's own per-operator profile of one step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class Timers:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+                self.calls[name] += 1
+        return timed
+
+
+class TimedSession:
+    """An InferenceSession whose ``run`` is timed."""
+
+    def __init__(self, session: Any, timers: Timers, name: str) -> None:
+        self._session = session
+        self.run = timers.wrap(name, session.run)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+
+def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, threads: int,
+                 beam: int) -> dict[str, Any]:
+    import server.decoding as decoding
+    from export.verify import decode
+    from server.runtime import Runtime, RuntimeOptions
+
+    rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads, variant=variant))
+    options = decoding.DecodeOptions(beam_size=beam)
+    decode(rt, batches[0], options)  # warm-up
+    timers = Timers()
+    rt.encoder = TimedSession(rt.encoder, timers, "encoder.run")
+    rt.decoder = TimedSession(rt.decoder, timers, "decoder.run")
+    originals = {"log_softmax": decoding.log_softmax, "Job.advance": decoding.Job.advance,
+                 "Batch.remove": decoding.Batch.remove}
+    decoding.log_softmax = timers.wrap("log_softmax", originals["log_softmax"])
+    decoding.Job.advance = timers.wrap("Job.advance", originals["Job.advance"])  # type: ignore[method-assign]
+    decoding.Batch.remove = timers.wrap("Batch.remove", originals["Batch.remove"])  # type: ignore[method-assign]
+    try:
+        start = time.perf_counter()
+        for b in batches:
+            decode(rt, b, options)
+        total = time.perf_counter() - start
+    finally:
+        decoding.log_softmax = originals["log_softmax"]
+        decoding.Job.advance = originals["Job.advance"]  # type: ignore[method-assign]
+        decoding.Batch.remove = originals["Batch.remove"]  # type: ignore[method-assign]
+    parts = dict(timers.seconds)
+    parts["other python"] = total - sum(parts.values())
+    return {"total": total, "parts": parts, "steps": timers.calls["decoder.run"], "runtime": rt}
+
+
+def cache_output_cost(rt: Any, rows: int, past: int, src: int, repeats: int = 50) -> dict[str, float]:
+    """One decoder step at (rows, past, src): full outputs vs logits only (ms per step)."""
+    from export import contract
+
+    feeds = {contract.INPUT_IDS: np.full((rows, 1), 5, dtype=np.int64),
+             contract.POSITIONS: np.full((rows, 1), past, dtype=np.int64),
+             contract.PAST_MASK: np.ones((rows, past), dtype=bool), contract.SRC_MASK: np.ones((rows, src), dtype=bool),
+             contract.CROSS_K: rt.empty_cache(rows, src) + 0.01, contract.CROSS_V: rt.empty_cache(rows, src) + 0.01,
+             contract.PAST_K: rt.empty_cache(rows, past) + 0.01, contract.PAST_V: rt.empty_cache(rows, past) + 0.01}
+    out: dict[str, float] = {}
+    for name, outputs in (("all outputs", None), ("logits only", [contract.LOGITS])):
+        rt.decoder.run(outputs, feeds)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            rt.decoder.run(outputs, feeds)
+        out[name] = 1000 * (time.perf_counter() - start) / repeats
+    return out
+
+
+def ort_op_profile(package: Any, variant: str, threads: int, rows: int, past: int, src: int,
+                   steps: int = 30) -> list[tuple[str, float, int]]:
+    """onnxruntime's own profile of the decoder step: (op type, ms per step, nodes), slowest first."""
+    import json
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+
+    from export import contract
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.gettempdir(), "nmt_decoder_profile")
+    session = ort.InferenceSession(str(package.graph_path(contract.DECODER, variant)), opts,
+                                   providers=["CPUExecutionProvider"])
+    d = package.dims
+    cache = (d.n_decoder_layers, rows, d.n_heads)
+    feeds = {contract.INPUT_IDS: np.full((rows, 1), 5, dtype=np.int64),
+             contract.POSITIONS: np.full((rows, 1), past, dtype=np.int64),
+             contract.PAST_MASK: np.ones((rows, past), dtype=bool), contract.SRC_MASK: np.ones((rows, src), dtype=bool),
+             contract.CROSS_K: np.full((*cache, src, d.d_head), 0.01, dtype=np.float32),
+             contract.CROSS_V: np.full((*cache, src, d.d_head), 0.01, dtype=np.float32),
+             contract.PAST_K: np.full((*cache, past, d.d_head), 0.01, dtype=np.float32),
+             contract.PAST_V: np.full((*cache, past, d.d_head), 0.01, dtype=np.float32)}
+    for _ in range(steps):
+        session.run(None, feeds)
+    path = session.end_profiling()
+    try:
+        events = json.loads(Path(path).read_text())
+    finally:
+        Path(path).unlink(missing_ok=True)
+    micros: dict[str, float] = defaultdict(float)
+    nodes: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            op = e["args"]["op_name"]
+            micros[op] += e["dur"]
+            nodes[op].add(e["name"])
+    return sorted(((op, us / steps / 1000, len(nodes[op])) for op, us in micros.items()), key=lambda x: -x[1])
+
+
+def profile_ct2(ct2_dir: str, sp: Any, batches: list[list[list[int]]], compute_type: str, threads: int,
+                beam: int) -> float:
+    import ctranslate2
+
+    tr = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, intra_threads=threads,
+                                inter_threads=1)
+
+    def run(b: list[list[int]]) -> None:
+        tokens = [[sp.id_to_piece(i) for i in s[:-1]] for s in b]
+        tr.translate_batch(tokens, beam_size=beam, max_decoding_length=max(int(1.5 * len(s)) + 10 for s in b),
+                           max_batch_size=0)
+
+    run(batches[0])
+    start = time.perf_counter()
+    for b in batches:
+        run(b)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--package", required=True)
+    p.add_argument("--sentences", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--variant", default="fp32", choices=["fp32", "int8"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--ort-ops", action="store_true", help="also onnxruntime's per-operator profile of one step "
+                                                           "(batch x beam rows, 32 cached positions)")
+    p.add_argument("--ct2-model", type=Path, help="a converted model (default: convert into a temporary directory)")
+    args = p.parse_args(argv)
+
+    import tempfile
+
+    from bench.ct2_convert import convert
+    from bench.nmt_bench import load_items, make_batches
+    from export.package import ModelPackage
+    from training import checkpoint as ckpt_io
+    from training.config import RunConfig
+
+    ckpt_path = ckpt_io.resolve(args.checkpoint)
+    ckpt = ckpt_io.load(ckpt_path)
+    tok = ckpt_io.load_tokenizer(ckpt)
+    ns = argparse.Namespace(file=None, pair=None, sentences=args.sentences)
+    items = load_items(ns, RunConfig.from_dict(ckpt["config"]).data, tok)
+    batches = [[items[i].ids for i in b.rows] for b in make_batches(items, args.batch_size)]
+    package = ModelPackage.load(args.package)
+
+    ours = profile_ours(package, batches, args.variant, args.threads, args.beam_size)
+    with tempfile.TemporaryDirectory() as tmp:
+        ct2_dir = str(args.ct2_model or convert(ckpt_path, Path(tmp) / "ct2"))
+        compute = "float32" if args.variant == "fp32" else "int8"
+        ct2 = profile_ct2(ct2_dir, tok.sp, batches, compute, args.threads, args.beam_size)
+    total = ours["total"]
+    print(f"{len(items)} sentences, batch {args.batch_size}, beam {args.beam_size}, {args.variant}, "
+          f"{args.threads} thread(s); {ours['steps']} decoder steps")
+    print(f"ours (onnxruntime {args.variant}) total {total:.2f}s")
+    for name, sec in sorted(ours["parts"].items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<14} {sec:7.2f}s  {100 * sec / total:5.1f}%")
+    print(f"ctranslate2 {compute} total {ct2:.2f}s   (ours / ct2 = {total / ct2:.2f}x; "
+          f"decoder.run alone / ct2 = {ours['parts']['decoder.run'] / ct2:.2f}x)")
+    src = int(np.mean([len(s) for s in batches[0]]))
+    for past in (8, 32, 64):
+        costs = cache_output_cost(ours["runtime"], args.batch_size * args.beam_size, past, src)
+        print(f"  one step, {args.batch_size * args.beam_size} rows, past {past}: "
+              + ", ".join(f"{k} {v:.2f} ms" for k, v in costs.items()))
+    if args.ort_ops:
+        ops = ort_op_profile(package, args.variant, args.threads, args.batch_size * args.beam_size, 32, src)
+        total_ms = sum(ms for _, ms, _ in ops)
+        print(f"onnxruntime operators, one decoder step ({args.batch_size * args.beam_size} rows, past 32, "
+              f"source {src}): {total_ms:.2f} ms of kernel time")
+        for op, ms, n in ops[:10]:
+            print(f"  {op:<24} {ms:6.2f} ms  {100 * ms / total_ms:5.1f}%  ({n} nodes)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
