@@ -187,6 +187,7 @@ class Batch:
 
     COMPACT_FREE_FRACTION = 0.5
     TRIM_COLUMNS = 16
+    TRIM_SOURCE_COLUMNS = 8
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
@@ -255,6 +256,14 @@ class Batch:
         if start >= self.TRIM_COLUMNS:  # drop cache columns no row uses any more
             self.past_mask = self.past_mask[:, start:]
             self.past_k, self.past_v = self.past_k[:, :, :, start:], self.past_v[:, :, :, start:]
+        # The source width only grows while rows come and go; when the longest sources have
+        # left, narrow it again: every step reads (and onnxruntime copies) cross K/V in full.
+        src_used = self.src_mask.any(axis=0).nonzero()[0]
+        width = int(src_used[-1]) + 1 if src_used.size else 0
+        if self.src_mask.shape[1] - width >= self.TRIM_SOURCE_COLUMNS:
+            self.src_mask = np.ascontiguousarray(self.src_mask[:, :width])
+            self.cross_k = np.ascontiguousarray(self.cross_k[:, :, :, :width])
+            self.cross_v = np.ascontiguousarray(self.cross_v[:, :, :, :width])
 
     def _compact(self) -> None:
         """Rebuild with live rows only; trim source padding and unused cache columns."""

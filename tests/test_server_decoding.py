@@ -88,3 +88,22 @@ def test_length_limits(setup):
     j = Job(src, DecodeOptions(beam_size=2, n_best=2), max_len=3, bos=2, eos=3, pad=0)
     [hyps] = decode_all(rt, [j])
     assert 1 <= len(hyps) <= 2 and all(len(h.tokens) <= 3 for h in hyps)
+
+
+def test_source_width_narrows_when_the_longest_source_leaves(setup):
+    rt, _, tok = setup
+    short = [job(tok, t) for t in ("Jesus wept.", "Peace be with you.", "He said,")]
+    src = tok.encode_source(" ".join(["In the beginning was the Word."] * 6), "de")
+    long = Job(src, DecodeOptions(), max_len=2, bos=2, eos=3, pad=0)  # leaves after 2 steps
+    alone = [decode_all(rt, [job(tok, t)])[0] for t in ("Jesus wept.", "Peace be with you.", "He said,")]
+    batch = Batch(rt)
+    batch.add([*short, long], *encode_jobs(rt, [*short, long]))
+    wide = batch.src_mask.shape[1]
+    assert wide == len(long.src)
+    while long in batch.jobs:
+        batch.remove({j.id for j in batch.step()})
+    assert batch.src_mask.shape[1] == max(len(j.src) for j in short) < wide
+    assert batch.cross_k.shape[3] == batch.src_mask.shape[1] and batch.cross_k.flags.c_contiguous
+    while batch.jobs:
+        batch.remove({j.id for j in batch.step()})
+    assert [[h.tokens for h in j.result] for j in short] == [[h.tokens for h in a] for a in alone]
