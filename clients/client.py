@@ -95,6 +95,30 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(attempts=1)
 
 
+class _Attempts:
+    """The attempts of one call under one deadline: ``next()`` before each (the time left),
+    ``backoff(error)`` after a failure (how long to wait, or the final TranslationError)."""
+
+    def __init__(self, policy: RetryPolicy, timeout: float, rng: random.Random) -> None:
+        self.policy = policy
+        self.deadline = time.monotonic() + timeout
+        self.rng = rng
+        self.count = 0
+
+    def next(self) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TranslationError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while retrying", self.count)
+        self.count += 1
+        return remaining
+
+    def backoff(self, error: grpc.RpcError) -> float:
+        delay = self.policy.next_delay(error, self.count, self.deadline, self.rng)
+        if delay is None:
+            raise TranslationError.from_rpc(error, self.count) from None
+        return delay
+
+
 def decoding_options(beam_size: int = 1, num_hypotheses: int = 1, length_penalty: float = 0.0,
                      max_output_tokens: int = 0, return_scores: bool = False,
                      return_attention: bool = False) -> pb.DecodingOptions:
@@ -196,21 +220,13 @@ class TranslatorClient:
         self._rng = random.Random()
 
     def _unary(self, method: str, request, timeout: float | None):
-        deadline = time.monotonic() + (timeout or self.timeout)
-        for attempt in itertools.count(1):
-            stub = self._rr.next()
-            remaining = deadline - time.monotonic()
+        attempts = _Attempts(self.retry, timeout or self.timeout, self._rng)
+        while True:
+            stub, remaining = self._rr.next(), attempts.next()
             try:
-                if remaining <= 0:
-                    raise TranslationError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while retrying",
-                                           attempt - 1)
                 return getattr(stub, method)(request, timeout=remaining, metadata=self.connection.metadata)
             except grpc.RpcError as e:
-                delay = self.retry.next_delay(e, attempt, deadline, self._rng)
-                if delay is None:
-                    raise TranslationError.from_rpc(e, attempt) from None
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+                time.sleep(attempts.backoff(e))
 
     def translate(self, texts: Sequence[str], source: str, target: str, *, model: str = "",
                   timeout: float | None = None, **options) -> list[Translation]:
@@ -266,21 +282,13 @@ class AsyncTranslatorClient:
         self._rng = random.Random()
 
     async def _unary(self, method: str, request, timeout: float | None):
-        deadline = time.monotonic() + (timeout or self.timeout)
-        for attempt in itertools.count(1):
-            stub = self._rr.next()
-            remaining = deadline - time.monotonic()
+        attempts = _Attempts(self.retry, timeout or self.timeout, self._rng)
+        while True:
+            stub, remaining = self._rr.next(), attempts.next()
             try:
-                if remaining <= 0:
-                    raise TranslationError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while retrying",
-                                           attempt - 1)
                 return await getattr(stub, method)(request, timeout=remaining, metadata=self.connection.metadata)
             except grpc.RpcError as e:
-                delay = self.retry.next_delay(e, attempt, deadline, self._rng)
-                if delay is None:
-                    raise TranslationError.from_rpc(e, attempt) from None
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+                await asyncio.sleep(attempts.backoff(e))
 
     async def translate(self, texts: Sequence[str], source: str, target: str, *, model: str = "",
                         timeout: float | None = None, **options) -> list[Translation]:

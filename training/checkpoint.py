@@ -59,11 +59,8 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def verify_sha256(path: Path) -> None:
