@@ -1,29 +1,32 @@
 #!/usr/bin/env bash
-# The main job, on a fresh machine: set up .venv, train a `small` English<->German
-# Transformer on the bundled Bible corpus for a bounded time on the CPU (running the
-# script again resumes the same run), score it on the test split, export it to an ONNX
-# model package, start the gRPC server on the CPU and translate a real request.
-#   MINUTES=60 bash scripts/run.sh    # train longer
+# The main job, on a fresh machine: set up .venv, build the ONNX model package of the
+# shipped default model (models/default: English<->German, French, Spanish; its sha256 is
+# checked first), start the gRPC server on the CPU and translate real requests through it.
 #   DEMO_ONLY=1 bash scripts/run.sh   # stop the server after answering (default: keep serving)
+#   PORT=50052 bash scripts/run.sh
+# To train a model yourself instead: bash scripts/train_default.sh (see README, Training).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MINUTES=${MINUTES:-5}
-OUT=${OUT:-runs/quickstart}
-PACKAGE=${PACKAGE:-packages/quickstart}
+MODEL=${MODEL:-models/default}
+PACKAGE=${PACKAGE:-packages/default}
 PORT=${PORT:-50051}
 bash scripts/setup.sh
-.venv/bin/nmt-train --preset small --out "$OUT" --directions en-de,de-en --max-minutes "$MINUTES" \
-  --warmup 1000 --set train.lr_scale=0.7 --set train.eval_every=500 --set train.save_every=250
-.venv/bin/nmt-evaluate "$OUT" --split test --beam 1 --limit 200
-.venv/bin/nmt-export "$OUT" "$PACKAGE" --int8 --force
-.venv/bin/nmt-serve --model "$PACKAGE" --host 127.0.0.1 --port "$PORT" --device auto --metrics-port -1 &
+.venv/bin/nmt-export "$MODEL" "$PACKAGE" --int8 --force
+.venv/bin/nmt-serve --model "default=$PACKAGE" --host 127.0.0.1 --port "$PORT" --device auto --metrics-port -1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
 .venv/bin/python scripts/wait_serving.py --address "127.0.0.1:$PORT"
-.venv/bin/python scripts/request.py --address "127.0.0.1:$PORT" --source en --target de \
-  "In the beginning God created the heavens and the earth." "Jesus wept."
-.venv/bin/python scripts/request.py --address "127.0.0.1:$PORT" --source de --target en "Jesus weinte."
+ADDR="127.0.0.1:$PORT"
+say() {  # say SRC TGT TEXT: print the text and its translation (beam 4)
+  echo "$1: $3"
+  echo "$2: $(.venv/bin/nmt-translate --address "$ADDR" -s "$1" -t "$2" --beam 4 -q "$3")"
+}
+say en de "In the beginning God created the heavens and the earth."
+say en de "Jesus wept."
+say de en "Und Gott sprach: Es werde Licht! und es ward Licht."
+say en fr "Blessed are the peacemakers, for they shall be called children of God."
+say en es "Love your enemies, and pray for those who persecute you."
 if [ -z "${DEMO_ONLY:-}" ]; then
-  echo "serving $PACKAGE on 127.0.0.1:$PORT (Ctrl-C to stop)"
+  echo "serving $PACKAGE on $ADDR (Ctrl-C to stop); try: .venv/bin/nmt-translate -s en -t de \"Jesus wept.\""
   wait $server
 fi
