@@ -18,6 +18,9 @@ class ServerConfig:
     device: str = "auto"  # auto | cuda | cpu
     threads: int = 0  # onnxruntime intra-op threads on the CPU; 0 = its default
     int8: bool = False  # CPU: serve the int8 graphs when the package has them
+    # CPU: let onnxruntime's threads spin waiting for work. Off by default: in a server they
+    # share the cores with gRPC and the event loop, and spinning threads starve those.
+    spin_threads: bool = False
     metrics_port: int = 9090  # -1 disables the Prometheus exporter; 0 picks a free port
     metrics_host: str = "0.0.0.0"
     max_texts: int = 64  # texts per request

@@ -70,7 +70,7 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
         if name in models:
             raise ValueError(f"two models are named {name!r}; name them with NAME=DIR")
         package = ModelPackage.load(directory)
-        runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8))
+        runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=cfg.spin_threads))
         tokenizer = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
         if tokenizer.get_piece_size() != package.dims.vocab_size:
             raise PackageError(package.path, [f"tokenizer has {tokenizer.get_piece_size()} pieces, model.json says "

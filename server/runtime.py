@@ -27,6 +27,7 @@ class RuntimeOptions:
     threads: int = 0  # CPU intra-op threads; 0 = onnxruntime's default
     int8: bool = False  # on the CPU, use the int8 graphs when the package has them
     variant: str = ""  # force one graph variant (fp32, int8, fp16) instead of choosing by device
+    spin: bool = True  # intra-op threads spin between ops: faster alone, slower beside other busy threads
 
 
 class Runtime:
@@ -65,6 +66,8 @@ class Runtime:
         if options.threads:
             opts.intra_op_num_threads = options.threads
         opts.inter_op_num_threads = 1
+        if not options.spin:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.encoder = ort.InferenceSession(str(package.graph_path(contract.ENCODER, variant)), opts,
                                             providers=providers)
         self.decoder = ort.InferenceSession(str(package.graph_path(contract.DECODER, variant)), opts,

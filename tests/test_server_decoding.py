@@ -107,3 +107,12 @@ def test_source_width_narrows_when_the_longest_source_leaves(setup):
     while batch.jobs:
         batch.remove({j.id for j in batch.step()})
     assert [[h.tokens for h in j.result] for j in short] == [[h.tokens for h in a] for a in alone]
+
+
+def test_spinning_is_a_session_option(tiny_package):
+    package = ModelPackage.load(tiny_package)
+    quiet = Runtime(package, RuntimeOptions(device="cpu", threads=2, spin=False))
+    assert quiet.decoder.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    default = Runtime(package, RuntimeOptions(device="cpu", threads=2))
+    with pytest.raises(Exception, match="allow_spinning"):  # not set: onnxruntime's default (spin)
+        default.decoder.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
