@@ -239,7 +239,10 @@ log "stopping replica $(docker inspect -f '{{.Name}}' "$stopped")"
 timeout 60 docker stop -t 30 "$stopped" >/dev/null || fail "docker stop"
 code=$(docker inspect -f '{{.State.ExitCode}}' "$stopped")
 [ "$code" = 0 ] || fail "the stopped replica exited with $code (SIGTERM should drain and exit 0)"
-docker logs "$stopped" 2>&1 | grep -q "draining" || fail "the stopped replica did not log its drain"
+# Read the whole log first: with pipefail, `docker logs | grep -q` fails when grep exits at
+# the first match and docker logs dies of SIGPIPE.
+stopped_log=$(docker logs "$stopped" 2>&1)
+grep -q "draining" <<<"$stopped_log" || fail "the stopped replica did not log its drain"
 before=${served[$kept]}
 for i in 1 2 3 4 5 6; do
   out=$(translate_once "Jesus wept.") || fail "translation $i through the balancer after one replica stopped"
