@@ -330,9 +330,9 @@ def _stream_result(response: pb.TranslateResponse) -> list[Translation] | Transl
     return parse_translations(response)
 
 
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
 def status_code(value: int) -> grpc.StatusCode:
     """The grpc.StatusCode with this integer value (as carried in ``Error.code``)."""
-    for code in grpc.StatusCode:
-        if code.value[0] == value:
-            return code
-    return grpc.StatusCode.UNKNOWN
+    return _CODES.get(value, grpc.StatusCode.UNKNOWN)

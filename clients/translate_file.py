@@ -105,7 +105,6 @@ class FileTranslator:
         self.max_chars = max_chars
         self.batch = max(1, min(job.batch_lines, max_texts or job.batch_lines))
         self.failures: list[Failure] = []
-        self.sent = 0
 
     async def run(self, lines: list[str], start: int, emit: Callable[[int, Translation | None], None],
                   progress: Progress) -> None:
@@ -120,22 +119,6 @@ class FileTranslator:
                 next_out += 1
                 progress.update(done=1)
 
-        batches: list[list[int]] = []
-        current: list[int] = []
-        for i in range(start, len(lines)):
-            text = lines[i]
-            if not text.strip():
-                continue
-            if self.max_chars and len(text) > self.max_chars:
-                continue
-            current.append(i)
-            if len(current) == self.batch:
-                batches.append(current)
-                current = []
-        if current:
-            batches.append(current)
-        in_batch = {i for b in batches for i in b}
-
         window = asyncio.Semaphore(self.job.in_flight)
         tasks: set[asyncio.Task] = set()
         stop: list[BaseException] = []
@@ -145,29 +128,40 @@ class FileTranslator:
                 for i, t in zip(indices, await self._translate(lines, indices)):
                     settle(i, t)
                 progress.update(counted=len(indices))
-            except BaseException as e:
+            except BaseException as e:  # handed to the main loop, which stops the run
                 stop.append(e)
             finally:
                 window.release()
 
-        b = 0
+        async def send(indices: list[int]) -> None:
+            await window.acquire()
+            if stop:
+                window.release()
+                return
+            task = asyncio.create_task(one(indices))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        # Lines that need no round trip settle at once; ``settle`` holds them until the
+        # batches before them have been written.
+        batch: list[int] = []
         for i in range(start, len(lines)):
             if stop:
                 break
-            if i in in_batch:
-                if batches and b < len(batches) and batches[b][0] == i:
-                    await window.acquire()
-                    if stop:
-                        break
-                    task = asyncio.create_task(one(batches[b]))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                    b += 1
-                continue
-            if lines[i].strip():  # longer than the server takes: fails without a round trip
+            text = lines[i]
+            if not text.strip():
+                settle(i, None)
+            elif self.max_chars and len(text) > self.max_chars:  # longer than the server takes
                 self.failures.append(Failure(i + 1, "INVALID_ARGUMENT",
-                                             f"{len(lines[i])} characters; the limit is {self.max_chars}"))
-            settle(i, None)
+                                             f"{len(text)} characters; the limit is {self.max_chars}"))
+                settle(i, None)
+            else:
+                batch.append(i)
+                if len(batch) == self.batch:
+                    await send(batch)
+                    batch = []
+        if batch and not stop:
+            await send(batch)
         while tasks and not stop:
             await asyncio.wait(set(tasks), return_when=asyncio.FIRST_COMPLETED)
         for task in list(tasks):
@@ -178,7 +172,6 @@ class FileTranslator:
     async def _translate(self, lines: list[str], indices: list[int]) -> list[Translation | None]:
         texts = [lines[i] for i in indices]
         try:
-            self.sent += len(texts)
             return await self.client.translate(texts, self.job.source, self.job.target, model=self.job.model,
                                                timeout=self.job.timeout, **self.job.options)
         except TranslationError as e:

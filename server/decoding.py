@@ -247,32 +247,32 @@ class Batch:
             self.src_mask[rows] = False
             self.past_mask[rows] = False
             self.free.extend(int(r) for r in rows)
-        total = self.src_mask.shape[0]
-        if not self.jobs or len(self.free) > self.COMPACT_FREE_FRACTION * total:
+        if not self.jobs or len(self.free) > self.COMPACT_FREE_FRACTION * self.src_mask.shape[0]:
             self._compact()
             return
-        used = self.past_mask.any(axis=0).nonzero()[0]
-        start = int(used[0]) if used.size else self.past_mask.shape[1]
+        start, width = self._live_columns()
         if start >= self.TRIM_COLUMNS:  # drop cache columns no row uses any more
             self.past_mask = self.past_mask[:, start:]
             self.past_k, self.past_v = self.past_k[:, :, :, start:], self.past_v[:, :, :, start:]
         # The source width only grows while rows come and go; when the longest sources have
         # left, narrow it again: every step reads (and onnxruntime copies) cross K/V in full.
-        src_used = self.src_mask.any(axis=0).nonzero()[0]
-        width = int(src_used[-1]) + 1 if src_used.size else 0
         if self.src_mask.shape[1] - width >= self.TRIM_SOURCE_COLUMNS:
             self.src_mask = np.ascontiguousarray(self.src_mask[:, :width])
             self.cross_k = np.ascontiguousarray(self.cross_k[:, :, :, :width])
             self.cross_v = np.ascontiguousarray(self.cross_v[:, :, :, :width])
 
+    def _live_columns(self) -> tuple[int, int]:
+        """The first cache column any row still uses, and the source width the rows need
+        (free rows have all-False masks, so they count for nothing)."""
+        used = self.past_mask.any(axis=0).nonzero()[0]
+        src = self.src_mask.any(axis=0).nonzero()[0]
+        return (int(used[0]) if used.size else self.past_mask.shape[1]), (int(src[-1]) + 1 if src.size else 0)
+
     def _compact(self) -> None:
         """Rebuild with live rows only; trim source padding and unused cache columns."""
+        start, s = self._live_columns()
         keep = np.concatenate([self.slots[j.id] for j in self.jobs]) if self.jobs else np.zeros(0, dtype=np.int64)
-        src_mask, past_mask = self.src_mask[keep], self.past_mask[keep]
-        s = int(src_mask.any(axis=0).nonzero()[0].max()) + 1 if src_mask.any() else 0
-        used = past_mask.any(axis=0).nonzero()[0]
-        start = int(used[0]) if used.size else past_mask.shape[1]
-        self.src_mask, self.past_mask = src_mask[:, :s], past_mask[:, start:]
+        self.src_mask, self.past_mask = self.src_mask[keep, :s], self.past_mask[keep, start:]
         self.cross_k, self.cross_v = self.cross_k[:, keep, :, :s], self.cross_v[:, keep, :, :s]
         self.past_k, self.past_v = self.past_k[:, keep, :, start:], self.past_v[:, keep, :, start:]
         offset = 0
@@ -286,12 +286,12 @@ class Batch:
         total = self.src_mask.shape[0]
         input_ids = np.full((total, 1), self.jobs[0].pad, dtype=np.int64)
         positions = np.zeros((total, 1), dtype=np.int64)
-        live = np.zeros(total, dtype=bool)
         for j in self.jobs:
             rows = self.slots[j.id]
             input_ids[rows, 0] = j.last
             positions[rows, 0] = j.step
-            live[rows] = True
+        live = np.ones(total, dtype=bool)
+        live[self.free] = False
         logits, self.past_k, self.past_v, attention = self.rt.step(
             input_ids, positions, self.past_mask, self.src_mask, self.cross_k, self.cross_v, self.past_k, self.past_v)
         self.past_mask = np.concatenate([self.past_mask, live[:, None]], axis=1)
