@@ -6,11 +6,10 @@
 Decodes the same batches as nmt-bench (test split, per direction, sorted by length) with
 the server's decoding loop, timing ``encoder.run`` and ``decoder.run`` (the sessions'
 own time, inputs and outputs included) apart from everything else (the Python of
-``server/decoding.py``: feeding the step, log-softmax, search bookkeeping, cache
+``server/decoding.py``: feeding the step, search bookkeeping, cache
 reordering and compaction), then the same batches with CTranslate2 on the converted
-checkpoint. Also times one decoder step with the cache outputs discarded versus kept,
-for the cost of returning the growing cache to numpy, and with ``--ort-ops`` prints
-onnxruntime's own per-operator profile of one step.
+checkpoint. Also times one decoder step at 8, 32 and 64 cached slots, and with
+``--ort-ops`` prints onnxruntime's own per-operator profile of one step.
 """
 
 from __future__ import annotations
@@ -64,9 +63,7 @@ def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, thr
     timers = Timers()
     rt.encoder = TimedSession(rt.encoder, timers, "encoder.run")
     rt.decoder = TimedSession(rt.decoder, timers, "decoder.run")
-    originals = {"log_softmax": decoding.log_softmax, "Job.advance": decoding.Job.advance,
-                 "Batch.remove": decoding.Batch.remove}
-    decoding.log_softmax = timers.wrap("log_softmax", originals["log_softmax"])
+    originals = {"Job.advance": decoding.Job.advance, "Batch.remove": decoding.Batch.remove}
     decoding.Job.advance = timers.wrap("Job.advance", originals["Job.advance"])  # type: ignore[method-assign]
     decoding.Batch.remove = timers.wrap("Batch.remove", originals["Batch.remove"])  # type: ignore[method-assign]
     try:
@@ -75,7 +72,6 @@ def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, thr
             decode(rt, b, options)
         total = time.perf_counter() - start
     finally:
-        decoding.log_softmax = originals["log_softmax"]
         decoding.Job.advance = originals["Job.advance"]  # type: ignore[method-assign]
         decoding.Batch.remove = originals["Batch.remove"]  # type: ignore[method-assign]
     parts = dict(timers.seconds)
@@ -83,23 +79,29 @@ def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, thr
     return {"total": total, "parts": parts, "steps": timers.calls["decoder.run"], "runtime": rt}
 
 
-def cache_output_cost(rt: Any, rows: int, past: int, src: int, repeats: int = 50) -> dict[str, float]:
-    """One decoder step at (rows, past, src): full outputs vs logits only (ms per step)."""
+def step_feeds(dims: Any, rows: int, past: int, src: int) -> dict[str, np.ndarray]:
+    """Decoder-step inputs of the given sizes (constant values: the cost does not depend on them)."""
     from export import contract
 
+    n = dims.n_decoder_layers
     feeds = {contract.INPUT_IDS: np.full((rows, 1), 5, dtype=np.int64),
              contract.POSITIONS: np.full((rows, 1), past, dtype=np.int64),
-             contract.PAST_MASK: np.ones((rows, past), dtype=bool), contract.SRC_MASK: np.ones((rows, src), dtype=bool),
-             contract.CROSS_K: rt.empty_cache(rows, src) + 0.01, contract.CROSS_V: rt.empty_cache(rows, src) + 0.01,
-             contract.PAST_K: rt.empty_cache(rows, past) + 0.01, contract.PAST_V: rt.empty_cache(rows, past) + 0.01}
-    out: dict[str, float] = {}
-    for name, outputs in (("all outputs", None), ("logits only", [contract.LOGITS])):
-        rt.decoder.run(outputs, feeds)
-        start = time.perf_counter()
-        for _ in range(repeats):
-            rt.decoder.run(outputs, feeds)
-        out[name] = 1000 * (time.perf_counter() - start) / repeats
-    return out
+             contract.PAST_MASK: np.ones((rows, past), dtype=bool), contract.SRC_MASK: np.ones((rows, src), dtype=bool)}
+    for name, length in ((contract.CROSS_K, src), (contract.CROSS_V, src), (contract.PAST_K, past),
+                         (contract.PAST_V, past)):
+        for layer_name in contract.per_layer(name, n):
+            feeds[layer_name] = np.full((rows, dims.n_heads, length, dims.d_head), 0.01, dtype=np.float32)
+    return feeds
+
+
+def step_cost(rt: Any, rows: int, past: int, src: int, repeats: int = 50) -> float:
+    """Milliseconds of one decoder step at (rows, cached slots, source length)."""
+    feeds = step_feeds(rt.package.dims, rows, past, src)
+    rt.decoder.run(None, feeds)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        rt.decoder.run(None, feeds)
+    return 1000 * (time.perf_counter() - start) / repeats
 
 
 def ort_op_profile(package: Any, variant: str, threads: int, rows: int, past: int, src: int,
@@ -120,15 +122,7 @@ def ort_op_profile(package: Any, variant: str, threads: int, rows: int, past: in
     opts.profile_file_prefix = os.path.join(tempfile.gettempdir(), "nmt_decoder_profile")
     session = ort.InferenceSession(str(package.graph_path(contract.DECODER, variant)), opts,
                                    providers=["CPUExecutionProvider"])
-    d = package.dims
-    cache = (d.n_decoder_layers, rows, d.n_heads)
-    feeds = {contract.INPUT_IDS: np.full((rows, 1), 5, dtype=np.int64),
-             contract.POSITIONS: np.full((rows, 1), past, dtype=np.int64),
-             contract.PAST_MASK: np.ones((rows, past), dtype=bool), contract.SRC_MASK: np.ones((rows, src), dtype=bool),
-             contract.CROSS_K: np.full((*cache, src, d.d_head), 0.01, dtype=np.float32),
-             contract.CROSS_V: np.full((*cache, src, d.d_head), 0.01, dtype=np.float32),
-             contract.PAST_K: np.full((*cache, past, d.d_head), 0.01, dtype=np.float32),
-             contract.PAST_V: np.full((*cache, past, d.d_head), 0.01, dtype=np.float32)}
+    feeds = step_feeds(package.dims, rows, past, src)
     for _ in range(steps):
         session.run(None, feeds)
     path = session.end_profiling()
@@ -209,10 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ctranslate2 {compute} total {ct2:.2f}s   (ours / ct2 = {total / ct2:.2f}x; "
           f"decoder.run alone / ct2 = {ours['parts']['decoder.run'] / ct2:.2f}x)")
     src = int(np.mean([len(s) for s in batches[0]]))
-    for past in (8, 32, 64):
-        costs = cache_output_cost(ours["runtime"], args.batch_size * args.beam_size, past, src)
-        print(f"  one step, {args.batch_size * args.beam_size} rows, past {past}: "
-              + ", ".join(f"{k} {v:.2f} ms" for k, v in costs.items()))
+    rows = args.batch_size * args.beam_size
+    costs = {past: step_cost(ours["runtime"], rows, past, src) for past in (8, 32, 64)}
+    print(f"  one decoder step, {rows} rows, source {src}: "
+          + ", ".join(f"{past} cached slots {ms:.2f} ms" for past, ms in costs.items()))
     if args.ort_ops:
         ops = ort_op_profile(package, args.variant, args.threads, args.batch_size * args.beam_size, 32, src)
         total_ms = sum(ms for _, ms, _ in ops)

@@ -2,27 +2,33 @@
 
 This module is the one place those names are written. It imports nothing heavy (no
 torch, no onnx), so the server imports it too and never matches names by substring.
+Keys and values are one tensor per decoder layer (``cross_k_0``, ``past_v_3``, ...), so
+nothing is split or stacked per step.
 
 Encoder:  src_ids int64[B,S] (right-padded with the pad id)
-          -> cross_k, cross_v float[L,B,H,S,Dh]: every decoder layer's cross-attention
-             keys and values, computed once per source.
+          -> cross_k_i, cross_v_i float[B,H,S,Dh] for every decoder layer i: the
+             cross-attention keys and values, computed once per source.
 Decoder step:
-          input_ids int64[B,T] (T=1 per step; T>1 prefills a forced prefix)
-          positions int64[B,T] (each new token's position in its target)
-          past_mask bool[B,P]  (True where a cached position is real)
+          input_ids int64[B,1] (one new token per row; a prefix is fed token by token)
+          positions int64[B,1] (the new token's position in its target)
+          past_mask bool[B,P]  (True where a cached slot is real)
           src_mask  bool[B,S]  (True where a source position is real)
-          cross_k, cross_v float[L,B,H,S,Dh]
-          past_k, past_v   float[L,B,H,P,Dh] (P may be 0)
-          -> logits float[B,V] (last new position), present_k, present_v float[L,B,H,P+T,Dh],
-             cross_attention float[B,S] (last layer, mean over heads, last new position).
-Positions and masks are inputs rather than derived from P, so rows at different
-lengths can share one step (what continuous batching needs).
+          cross_k_i, cross_v_i float[B,H,S,Dh]
+          past_k_i, past_v_i   float[B,H,P,Dh] (P may be 0)
+          -> log_probs float[B,V] (the next token's log-probabilities),
+             new_k_i, new_v_i float[B,H,1,Dh] (the new token's keys and values),
+             cross_attention float[B,S] (last layer, mean over heads).
+The cache is read, never extended, by the graph: the caller keeps it (a preallocated
+buffer) and writes the new keys/values into free slots. Slots are a set, not a sequence:
+positions are inputs, so a slot's column says nothing about its position, and rows at
+different lengths (what continuous batching needs) share one step, each masking the
+slots that are not its own.
 """
 
 from __future__ import annotations
 
 PACKAGE_FORMAT = "nmt-model-package"
-PACKAGE_VERSION = 1
+PACKAGE_VERSION = 2  # 2: one cache tensor per layer, the step returns only the new keys/values
 MANIFEST = "model.json"
 TOKENIZER = "tokenizer.model"
 
@@ -30,15 +36,36 @@ ENCODER = "encoder"
 DECODER = "decoder"
 
 SRC_IDS = "src_ids"
-CROSS_K, CROSS_V = "cross_k", "cross_v"
 ENCODER_INPUTS: tuple[str, ...] = (SRC_IDS,)
-ENCODER_OUTPUTS: tuple[str, ...] = (CROSS_K, CROSS_V)
-
+CROSS_K, CROSS_V = "cross_k", "cross_v"
 INPUT_IDS, POSITIONS, PAST_MASK, SRC_MASK = "input_ids", "positions", "past_mask", "src_mask"
 PAST_K, PAST_V = "past_k", "past_v"
-LOGITS, PRESENT_K, PRESENT_V, CROSS_ATTENTION = "logits", "present_k", "present_v", "cross_attention"
-DECODER_INPUTS: tuple[str, ...] = (INPUT_IDS, POSITIONS, PAST_MASK, SRC_MASK, CROSS_K, CROSS_V, PAST_K, PAST_V)
-DECODER_OUTPUTS: tuple[str, ...] = (LOGITS, PRESENT_K, PRESENT_V, CROSS_ATTENTION)
+LOG_PROBS, NEW_K, NEW_V, CROSS_ATTENTION = "log_probs", "new_k", "new_v", "cross_attention"
+
+
+def per_layer(name: str, n_layers: int) -> tuple[str, ...]:
+    """cross_k -> (cross_k_0, cross_k_1, ...)."""
+    return tuple(f"{name}_{i}" for i in range(n_layers))
+
+
+def encoder_outputs(n_layers: int) -> tuple[str, ...]:
+    return (*per_layer(CROSS_K, n_layers), *per_layer(CROSS_V, n_layers))
+
+
+def decoder_inputs(n_layers: int) -> tuple[str, ...]:
+    return (INPUT_IDS, POSITIONS, PAST_MASK, SRC_MASK, *per_layer(CROSS_K, n_layers), *per_layer(CROSS_V, n_layers),
+            *per_layer(PAST_K, n_layers), *per_layer(PAST_V, n_layers))
+
+
+def decoder_outputs(n_layers: int) -> tuple[str, ...]:
+    return (LOG_PROBS, *per_layer(NEW_K, n_layers), *per_layer(NEW_V, n_layers), CROSS_ATTENTION)
+
+
+def graph_names(n_layers: int) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """graph -> (input names, output names), for a model with ``n_layers`` decoder layers."""
+    return {ENCODER: (ENCODER_INPUTS, encoder_outputs(n_layers)),
+            DECODER: (decoder_inputs(n_layers), decoder_outputs(n_layers))}
+
 
 # Graph variants: file name suffix -> what it is for.
 VARIANTS: dict[str, str] = {

@@ -135,9 +135,12 @@ def validate_manifest(m: Any) -> list[str]:
         tgt = str(pair).partition("-")[2]
         if tgt not in m["language_tags"]:
             problems.append(f"pair {pair} needs a tag for {tgt!r} in language_tags")
-    expected = {contract.ENCODER: (contract.ENCODER_INPUTS, contract.ENCODER_OUTPUTS),
-                contract.DECODER: (contract.DECODER_INPUTS, contract.DECODER_OUTPUTS)}
-    for graph, (inputs, outputs) in expected.items():
+    layers = dims.get("n_decoder_layers") if isinstance(dims, dict) else None
+    if not isinstance(layers, int) or layers < 1:
+        if isinstance(dims, dict) and "n_decoder_layers" in dims:
+            problems.append(f"model.n_decoder_layers is {layers!r}, not a positive integer")
+        return problems  # the graphs' names depend on it
+    for graph, (inputs, outputs) in contract.graph_names(layers).items():
         g = m["graphs"].get(graph) if isinstance(m["graphs"], dict) else None
         if not isinstance(g, dict):
             problems.append(f"graphs has no {graph!r} entry")

@@ -2,7 +2,8 @@
 
 int8 is onnxruntime's dynamic quantization: weights of the matrix multiplications are
 stored as int8 per output channel, activations are quantized on the fly. fp16 converts
-weights and the float inputs/outputs (cross and self caches, logits) to half precision,
+weights and the float inputs/outputs (cross and self caches) to half precision (the
+log-probabilities stay float32),
 so the cache a CUDA server keeps on the device takes half the memory. The masks are
 applied as -1e4, which is finite in fp16.
 """
@@ -10,6 +11,8 @@ applied as -1e4, which is finite in fp16.
 from __future__ import annotations
 
 from pathlib import Path
+
+from export import contract
 
 
 def _prepare_for_quantization(src: Path, dst: Path) -> Path:
@@ -61,6 +64,8 @@ def to_fp16(src: Path, dst: Path) -> Path:
 
     model = onnx.load(str(src))
     del model.graph.value_info[:]
-    model = convert_float_to_float16(model, keep_io_types=False)
+    # LogSoftmax and its output stay float32: the search adds log-probabilities up over many steps.
+    keep = [o.name for o in model.graph.output if o.name == contract.LOG_PROBS]
+    model = convert_float_to_float16(model, keep_io_types=keep, op_block_list=["LogSoftmax"])
     onnx.save_model(model, str(dst))
     return dst

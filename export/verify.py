@@ -4,7 +4,7 @@
 
 The package is decoded by the server's own decoding loop (``server/decoding.py`` over
 ``server/runtime.py``: greedy and beam search over the step graph in onnxruntime), so
-what is verified is what is served. Reported: identical greedy tokens, max |logit
+what is verified is what is served. Reported: identical greedy tokens, max |log-probability
 difference| along PyTorch's greedy paths, identical beam n-best lists, and BLEU of every
 CPU graph variant beside PyTorch's.
 """
@@ -44,18 +44,21 @@ def decode(rt: Runtime, sources: Sequence[Sequence[int]], options: DecodeOptions
     return decode_all(rt, jobs)
 
 
-def step_logits(rt: Runtime, src: np.ndarray, prefix: np.ndarray) -> np.ndarray:
-    """Teacher-forced logits (B, T, V) of a fixed target prefix, one cached step at a time."""
+def step_log_probs(rt: Runtime, src: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+    """Teacher-forced log-probabilities (B, T, V) of a fixed target prefix, one cached step at a time."""
     pad = rt.package.special_ids["pad"]
     src_mask = src != pad
     cross_k, cross_v = rt.encode(src.astype(np.int64))
     b = src.shape[0]
-    past_k, past_v = rt.empty_cache(b), rt.empty_cache(b)
+    past_k = [rt.cache(b, 0) for _ in range(rt.n_layers)]
+    past_v = [rt.cache(b, 0) for _ in range(rt.n_layers)]
     out = []
     for t in range(prefix.shape[1]):
-        logits, past_k, past_v, _ = rt.step(prefix[:, t:t + 1].astype(np.int64), np.full((b, 1), t, dtype=np.int64),
-                                            np.ones((b, t), dtype=bool), src_mask, cross_k, cross_v, past_k, past_v)
-        out.append(logits.astype(np.float32))
+        log_probs, new_k, new_v, _ = rt.step(prefix[:, t:t + 1].astype(np.int64), np.full((b, 1), t, dtype=np.int64),
+                                          np.ones((b, t), dtype=bool), src_mask, cross_k, cross_v, past_k, past_v)
+        past_k = [np.concatenate([p, k], axis=2) for p, k in zip(past_k, new_k)]
+        past_v = [np.concatenate([p, v], axis=2) for p, v in zip(past_v, new_v)]
+        out.append(log_probs.astype(np.float32))
     return np.stack(out, axis=1)
 
 
@@ -63,13 +66,13 @@ def step_logits(rt: Runtime, src: np.ndarray, prefix: np.ndarray) -> np.ndarray:
 class Parity:
     rows: int
     greedy_equal: int
-    max_logit_diff: float
+    max_logprob_diff: float
     beam_equal: int | None
 
 
 def parity(package_dir: str | Path, checkpoint: str | Path, src: np.ndarray, beam_size: int = 4,
            variant: str = "fp32") -> Parity:
-    """Greedy tokens, logits along PyTorch's greedy paths (teacher-forced), beam n-best;
+    """Greedy tokens, log-probabilities along PyTorch's greedy paths (teacher-forced), beam n-best;
     ``src`` is a right-padded (B, S) batch of sources."""
     import torch
 
@@ -89,8 +92,8 @@ def parity(package_dir: str | Path, checkpoint: str | Path, src: np.ndarray, bea
     for i, h in enumerate(ref):
         prefix[i, 1:len(h.tokens) + 1] = h.tokens
     with torch.no_grad():
-        full = model(src_t, torch.from_numpy(prefix)).numpy()
-    worst = float(np.abs(step_logits(rt, src, prefix) - full).max())
+        full = torch.log_softmax(model(src_t, torch.from_numpy(prefix)), dim=-1).numpy()
+    worst = float(np.abs(step_log_probs(rt, src, prefix) - full).max())
     beam_equal = None
     if beam_size > 1:
         ref_b = beam_search(model, src_t, beam_size=beam_size, n_best=beam_size)
@@ -148,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         tgt = parse_direction(direction)[1]
         src = pad([tokenizer.encode_source(t, tgt) for t in sources[: args.parity_rows]]).numpy()
         par = parity(args.package, path, src, beam_size=max(args.beam, 2))
-        print(f"{direction}: greedy tokens equal {par.greedy_equal}/{par.rows}, max |logit diff| "
-              f"{par.max_logit_diff:.2e}, beam n-best equal {par.beam_equal}/{par.rows}", flush=True)
-        ok &= par.greedy_equal == par.rows and par.max_logit_diff < 1e-4
+        print(f"{direction}: greedy tokens equal {par.greedy_equal}/{par.rows}, max |log-prob diff| "
+              f"{par.max_logprob_diff:.2e}, beam n-best equal {par.beam_equal}/{par.rows}", flush=True)
+        ok &= par.greedy_equal == par.rows and par.max_logprob_diff < 1e-4
         start = time.monotonic()
         hyps = translate(model, tokenizer, sources, tgt, beam_size=args.beam)
         bleu, chrf, _ = score(hyps, refs)

@@ -177,19 +177,22 @@ class Scheduler:
             for t in admitted:
                 self.metrics.queue_seconds.observe(now - t.enqueued)
         try:
-            groups = [(admitted, encode_jobs(self.rt, [t.job for t in admitted]))]
+            groups = encode_jobs(self.rt, [t.job for t in admitted])
         except Exception:  # isolate the bad source(s)
             groups = []
             for t in admitted:
                 try:
-                    groups.append(([t], encode_jobs(self.rt, [t.job])))
+                    groups.extend(encode_jobs(self.rt, [t.job]))
                 except Exception as e:
                     log.warning("encoder failed on one text (%s); failing it alone", str(e).splitlines()[0])
                     self._resolve(t, JobFailed("the model could not encode this text"))
-        for tickets, encoded in groups:
-            self._batch.add([t.job for t in tickets], *encoded)
-            for t in tickets:
-                self._running[t.job.id] = t
+        if not groups:
+            return
+        self._batch.add(groups)
+        tickets = {t.job.id: t for t in admitted}
+        for encoded in groups:
+            for j in encoded.jobs:
+                self._running[j.id] = tickets[j.id]
 
     def _step(self) -> None:
         rows = self._batch.rows

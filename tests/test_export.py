@@ -42,20 +42,26 @@ def test_fp32_parity_greedy_logits_and_beam(tiny_package, tiny_checkpoint):
         assert (src == 0).any()  # the batch really holds padding
         result = parity(tiny_package, tiny_checkpoint, src, beam_size=4)
         assert result.greedy_equal == result.rows == len(TEXTS)
-        assert result.max_logit_diff < 1e-4
+        assert result.max_logprob_diff < 1e-4
         assert result.beam_equal == result.rows
 
 
 def test_graph_inputs_and_outputs_follow_the_contract(tiny_package):
     m = cpu_runtime(ModelPackage.load(tiny_package))
-    assert tuple(i.name for i in m.encoder.get_inputs()) == contract.ENCODER_INPUTS
-    assert tuple(o.name for o in m.encoder.get_outputs()) == contract.ENCODER_OUTPUTS
-    assert tuple(i.name for i in m.decoder.get_inputs()) == contract.DECODER_INPUTS
-    assert tuple(o.name for o in m.decoder.get_outputs()) == contract.DECODER_OUTPUTS
+    assert tuple(i.name for i in m.encoder.get_inputs()) == ("src_ids",)
+    assert tuple(o.name for o in m.encoder.get_outputs()) == ("cross_k_0", "cross_k_1", "cross_v_0", "cross_v_1")
+    assert tuple(i.name for i in m.decoder.get_inputs()) == (
+        "input_ids", "positions", "past_mask", "src_mask", "cross_k_0", "cross_k_1", "cross_v_0", "cross_v_1",
+        "past_k_0", "past_k_1", "past_v_0", "past_v_1")
+    assert tuple(o.name for o in m.decoder.get_outputs()) == (
+        "log_probs", "new_k_0", "new_k_1", "new_v_0", "new_v_1", "cross_attention")
+    assert contract.graph_names(2) == {"encoder": (contract.ENCODER_INPUTS, contract.encoder_outputs(2)),
+                                       "decoder": (contract.decoder_inputs(2), contract.decoder_outputs(2))}
 
 
 def _empty(m: Runtime, rows: int):
-    return m.empty_cache(rows), m.empty_cache(rows), np.zeros((rows, 0), dtype=bool)
+    layers = range(m.n_layers)
+    return [m.cache(rows, 0) for _ in layers], [m.cache(rows, 0) for _ in layers], np.zeros((rows, 0), dtype=bool)
 
 
 def _step(m: Runtime, ids, positions, past_mask, src_mask, ck, cv, pk, pv):
@@ -63,51 +69,64 @@ def _step(m: Runtime, ids, positions, past_mask, src_mask, ck, cv, pk, pv):
                   ck, cv, pk, pv)
 
 
-def test_empty_past_prefill_equals_token_by_token(tiny_package, tiny_checkpoint):
+def _rows(layers: list[np.ndarray], rows: slice) -> list[np.ndarray]:
+    return [c[rows] for c in layers]
+
+
+def _append(past: list[np.ndarray], new: list[np.ndarray]) -> list[np.ndarray]:
+    return [np.concatenate([p, n], axis=2) for p, n in zip(past, new)]
+
+
+def _prefill(m: Runtime, prefix: list[int], src_mask, ck, cv):
+    """Feed a target prefix one token at a time; the keys/values of every position."""
+    pk, pv, _ = _empty(m, 1)
+    log_probs = None
+    for t, token in enumerate(prefix):
+        log_probs, new_k, new_v, _ = _step(m, [[token]], [[t]], np.ones((1, t), dtype=bool), src_mask, ck, cv, pk, pv)
+        pk, pv = _append(pk, new_k), _append(pv, new_v)
+    return log_probs, pk, pv
+
+
+def test_the_step_graph_takes_one_token_per_row(tiny_package, tiny_checkpoint):
     m = cpu_runtime(ModelPackage.load(tiny_package))
     src = sources(tiny_checkpoint)[:2]
-    src_mask = src != 0
     ck, cv = m.encode(src)
+    assert [c.shape for c in ck] == [(2, 4, src.shape[1], 16)] * 2  # per layer (B, H, S, Dh)
     pk, pv, pm = _empty(m, 2)
-    assert pk.shape[3] == 0
-    prefix = [[2, 50, 60, 70], [2, 80, 90, 100]]
-    logits, k, _, attn = _step(m, prefix, [[0, 1, 2, 3]] * 2, pm, src_mask, ck, cv, pk, pv)
-    assert k.shape == (2, 2, 4, 4, 16) and attn.shape == src.shape
-    one_k, one_v, one_m = pk, pv, pm
-    for t in range(4):
-        one_logits, one_k, one_v, _ = _step(m, [[r[t]] for r in prefix], [[t]] * 2, one_m, src_mask, ck, cv,
-                                            one_k, one_v)
-        one_m = np.ones((2, t + 1), dtype=bool)
-    assert np.abs(one_logits - logits).max() < 1e-5
-    assert np.abs(one_k - k).max() < 1e-5
+    log_probs, new_k, _, attn = _step(m, [[2], [2]], [[0], [0]], pm, src != 0, ck, cv, pk, pv)
+    assert log_probs.shape == (2, m.package.dims.vocab_size) and attn.shape == src.shape
+    assert np.allclose(np.exp(log_probs).sum(axis=1), 1.0, atol=1e-5)
+    assert [x.shape for x in new_k] == [(2, 4, 1, 16)] * 2  # only the new token's keys come back
+    with pytest.raises(Exception, match="Got: 2 Expected: 1"):  # a step is one token; prefixes go one by one
+        _step(m, [[2, 5], [2, 6]], [[0, 1], [0, 1]], pm, src != 0, ck, cv, pk, pv)
 
 
 def test_rows_with_different_past_lengths_share_a_step(tiny_package, tiny_checkpoint):
-    """Row A has 3 cached tokens, row B has 1 (left-padded in the cache with junk, masked):
-    one shared step gives each row the logits it gets alone."""
+    """Row A has 3 cached tokens, row B has 1, in the middle of junk slots (masked): one
+    shared step gives each row the logits it gets alone."""
     m = cpu_runtime(ModelPackage.load(tiny_package))
     src = sources(tiny_checkpoint)[:2]
     src_mask = src != 0
     ck, cv = m.encode(src)
 
     def alone(row: int, prefix: list[int]) -> np.ndarray:
-        pk, pv, pm = _empty(m, 1)
-        n = len(prefix)
-        _, k, v, _ = _step(m, [prefix[:-1]], [list(range(n - 1))], pm, src_mask[row:row + 1], ck[:, row:row + 1],
-                           cv[:, row:row + 1], pk, pv)
-        logits, *_ = _step(m, [prefix[-1:]], [[n - 1]], np.ones((1, n - 1), dtype=bool), src_mask[row:row + 1],
-                           ck[:, row:row + 1], cv[:, row:row + 1], k, v)
-        return logits[0]
+        one = slice(row, row + 1)
+        return _prefill(m, prefix, src_mask[one], _rows(ck, one), _rows(cv, one))[0][0]
 
     a, b = [2, 40, 41, 42], [2, 43]
-    pk, pv, pm = _empty(m, 1)
-    _, ka, va, _ = _step(m, [a[:3]], [[0, 1, 2]], pm, src_mask[:1], ck[:, :1], cv[:, :1], pk, pv)
-    _, kb, vb, _ = _step(m, [b[:1]], [[0]], pm, src_mask[1:], ck[:, 1:], cv[:, 1:], pk, pv)
-    layers, _, heads, _, d_head = kb.shape
-    junk = np.random.default_rng(0).standard_normal((layers, 1, heads, 2, d_head)).astype(np.float32)
-    past_k = np.concatenate([ka, np.concatenate([junk, kb], axis=3)], axis=1)
-    past_v = np.concatenate([va, np.concatenate([junk, vb], axis=3)], axis=1)
-    past_mask = np.array([[True, True, True], [False, False, True]])
+    _, ka, va = _prefill(m, a[:3], src_mask[:1], _rows(ck, slice(0, 1)), _rows(cv, slice(0, 1)))
+    _, kb, vb = _prefill(m, b[:1], src_mask[1:], _rows(ck, slice(1, 2)), _rows(cv, slice(1, 2)))
+    rng = np.random.default_rng(0)
+
+    def junk() -> np.ndarray:
+        return rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
+
+    # Slots: A A junk A / junk junk B junk
+    past_k = [np.concatenate([np.concatenate([x[:, :, :2], junk(), x[:, :, 2:]], axis=2),
+                              np.concatenate([junk(), junk(), y, junk()], axis=2)]) for x, y in zip(ka, kb)]
+    past_v = [np.concatenate([np.concatenate([x[:, :, :2], junk(), x[:, :, 2:]], axis=2),
+                              np.concatenate([junk(), junk(), y, junk()], axis=2)]) for x, y in zip(va, vb)]
+    past_mask = np.array([[True, True, False, True], [False, False, True, False]])
     logits, *_ = _step(m, [[a[3]], [b[1]]], [[3], [1]], past_mask, src_mask, ck, cv, past_k, past_v)
     assert np.abs(logits[0] - alone(0, a)).max() < 1e-5
     assert np.abs(logits[1] - alone(1, b)).max() < 1e-5
@@ -131,7 +150,7 @@ def test_int8_and_fp16_variants_decode(tiny_package, tiny_checkpoint):
 
 def test_manifest_describes_the_package(tiny_package, tiny_checkpoint):
     manifest = json.loads((tiny_package / "model.json").read_text())
-    assert manifest["format"] == "nmt-model-package" and manifest["format_version"] == 1
+    assert manifest["format"] == "nmt-model-package" and manifest["format_version"] == 2
     assert manifest["pairs"] == ["en-de", "de-en"]
     tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
     assert manifest["language_tags"] == {"de": tok.tag_id("de"), "en": tok.tag_id("en")}
@@ -140,7 +159,7 @@ def test_manifest_describes_the_package(tiny_package, tiny_checkpoint):
     assert manifest["provenance"]["step"] == 600
     assert set(manifest["files"]) == {"encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx",
                                       "encoder.fp16.onnx", "decoder.fp16.onnx", "tokenizer.model"}
-    assert manifest["graphs"]["decoder"]["inputs"] == list(contract.DECODER_INPUTS)
+    assert manifest["graphs"]["decoder"]["inputs"] == list(contract.decoder_inputs(2))
 
 
 def test_package_validation_names_every_problem(tiny_package, tmp_path):
@@ -162,8 +181,9 @@ def test_package_validation_names_every_problem(tiny_package, tmp_path):
     with pytest.raises(PackageError) as err:
         ModelPackage.load(bad)
     assert err.value.problems == [
-        "format_version is 99, this code reads 1",
-        "decoder outputs are ['logits'], this server expects ['logits', 'present_k', 'present_v', 'cross_attention']",
+        "format_version is 99, this code reads 2",
+        "decoder outputs are ['logits'], this server expects ['log_probs', 'new_k_0', 'new_k_1', 'new_v_0', 'new_v_1', "
+        "'cross_attention']",
     ]
     (bad / "model.json").write_text("{not json")
     with pytest.raises(PackageError, match=r"model\.json is not valid JSON"):

@@ -83,9 +83,10 @@ def test_incremental_decoding_with_cache_equals_full_decoder(pre_norm):
         out = model.decode_step(tgt[:, t:t + 1], torch.full((2, 1), t), past_mask, src_mask, cross_k, cross_v,
                                 past_k, past_v)
         assert torch.allclose(model.project(out.hidden[:, -1]), full[:, t], atol=1e-5)
-        past_k, past_v = out.present_k, out.present_v
+        assert [k.shape for k in out.new_k] == [(2, 2, 1, 8)] * 2  # per layer (B, H, T, Dh)
+        past_k = [torch.cat([p, n], dim=2) for p, n in zip(past_k, out.new_k)]
+        past_v = [torch.cat([p, n], dim=2) for p, n in zip(past_v, out.new_v)]
         past_mask = torch.ones(2, t + 1, dtype=torch.bool)
-        assert out.present_k.shape == (2, 2, 2, t + 1, 8)
         assert out.cross_attention.shape == (2, 1, 5)
         assert torch.allclose(out.cross_attention.sum(-1), torch.ones(2, 1), atol=1e-5)
         assert out.cross_attention[1, 0, 3:].abs().max() == 0  # padding gets no attention
@@ -101,13 +102,31 @@ def test_rows_at_different_past_lengths_share_a_step():
     pk, pv, pm = model.empty_cache(1)
     first = model.decode_step(tgt[:, :2], torch.tensor([[0, 1]]), pm, src_mask, ck, cv, pk, pv)
     alone = model.decode_step(tgt[:, 2:], torch.tensor([[2]]), torch.ones(1, 2, dtype=torch.bool), src_mask, ck, cv,
-                              first.present_k, first.present_v)
-    # Same row with a junk cache slot in front, masked out.
-    junk_k = torch.cat([torch.randn(2, 1, 2, 1, 8), first.present_k], dim=3)
-    junk_v = torch.cat([torch.randn(2, 1, 2, 1, 8), first.present_v], dim=3)
-    shifted = model.decode_step(tgt[:, 2:], torch.tensor([[2]]), torch.tensor([[False, True, True]]), src_mask, ck, cv,
-                                junk_k, junk_v)
+                              first.new_k, first.new_v)
+    # The same cache with junk slots around it (masked out) and its columns in another
+    # order: the positions are the tokens' own, so the cache is a set of slots.
+    order = [2, 0, 3, 1]  # junk, cached 0, junk, cached 1
+
+    def shuffled(cache):
+        return [torch.cat([c, torch.randn(1, 2, 2, 8)], dim=2)[:, :, order] for c in cache]
+    mask = torch.tensor([[False, True, False, True]])
+    shifted = model.decode_step(tgt[:, 2:], torch.tensor([[2]]), mask, src_mask, ck, cv, shuffled(first.new_k),
+                                shuffled(first.new_v))
     assert torch.allclose(model.project(alone.hidden), model.project(shifted.hidden), atol=1e-5)
+
+
+def test_attention_over_a_cache_equals_attention_over_concatenated_keys():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 2, 8, generator=g) for _ in range(3))  # (B, H, T, Dh)
+    pk, pv = (torch.randn(2, 3, 5, 8, generator=g) for _ in range(2))  # (B, H, P, Dh)
+    past_mask = torch.tensor([[True, True, False, True, True], [False, False, True, True, True]])[:, None, None]
+    causal = torch.ones(2, 2, dtype=torch.bool).tril()[None, None]
+    out, weights = scaled_dot_product_attention(q, k, v, causal, cache=(pk, pv, past_mask))
+    mask = torch.cat([past_mask.expand(2, 1, 2, 5), causal.expand(2, 1, 2, 2)], dim=-1)
+    ref_out, ref_weights = scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2), mask)
+    assert torch.allclose(out, ref_out, atol=1e-6)
+    assert torch.allclose(weights, ref_weights, atol=1e-6)
+    assert weights[1, :, :, :2].abs().max() == 0  # masked cache slots get no weight
 
 
 def test_embeddings_are_shared_and_scaled():

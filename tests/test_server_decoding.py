@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from export.package import ModelPackage
-from server.decoding import Batch, DecodeOptions, Job, decode_all, encode_jobs
+from server.decoding import Batch, DecodeOptions, Job, decode_all, encode_jobs, length_groups
 from server.runtime import Runtime, RuntimeOptions
 from tests.server_harness import TEXTS
 from training import checkpoint as ckpt_io
@@ -21,9 +21,9 @@ def setup(tiny_package, tiny_checkpoint):
     return rt, model, ckpt_io.load_tokenizer(ckpt)
 
 
-def job(tok, text: str, **opts) -> Job:
+def job(tok, text: str, max_len: int = 0, **opts) -> Job:
     src = tok.encode_source(text, "de")
-    return Job(src, DecodeOptions(**opts), max_len=min(255, int(1.5 * len(src)) + 10), bos=2, eos=3, pad=0)
+    return Job(src, DecodeOptions(**opts), max_len=max_len or min(255, int(1.5 * len(src)) + 10), bos=2, eos=3, pad=0)
 
 
 def reference_greedy(model, tok, text):
@@ -58,13 +58,20 @@ def test_staggered_joins_mixed_greedy_and_beam_give_the_solo_results(setup):
     jobs = [job(tok, t, beam_size=1 + i % 3, n_best=1) for i, t in enumerate(TEXTS)]
     pending = list(jobs)
     steps = 0
+    joined: dict[int, int] = {}
     while pending or batch.jobs:
         if pending and steps % 2 == 0:  # one or two newcomers every other step
             new, pending = pending[:2], pending[2:]
-            batch.add(new, *encode_jobs(rt, new))
+            batch.add(encode_jobs(rt, new))
+            joined.update((j.id, steps) for j in new)
         batch.remove({j.id for j in batch.step()})
         steps += 1
-        assert batch.past_mask.shape[1] <= 80  # compaction keeps the cache bounded
+        # Rows stay dense (each job owns distinct rows below n) ...
+        owned = np.concatenate([batch.slots[j.id] for j in batch.jobs]) if batch.jobs else np.zeros(0)
+        assert batch.n == len(owned) == len(set(owned.tolist())) and (owned < batch.n).all()
+        # ... and the cache holds no more slots than the oldest live job is old, plus growth room.
+        oldest = max((steps - joined[j.id] for j in batch.jobs), default=0)
+        assert batch.capacity[1] <= oldest + 3 * Batch.SLOT_CHUNK
     for j, s in zip(jobs, solo):
         assert [h.tokens for h in j.result] == [h.tokens for h in s]
 
@@ -97,16 +104,62 @@ def test_source_width_narrows_when_the_longest_source_leaves(setup):
     long = Job(src, DecodeOptions(), max_len=2, bos=2, eos=3, pad=0)  # leaves after 2 steps
     alone = [decode_all(rt, [job(tok, t)])[0] for t in ("Jesus wept.", "Peace be with you.", "He said,")]
     batch = Batch(rt)
-    batch.add([*short, long], *encode_jobs(rt, [*short, long]))
+    batch.add(encode_jobs(rt, [*short, long]))
     wide = batch.src_mask.shape[1]
     assert wide == len(long.src)
     while long in batch.jobs:
         batch.remove({j.id for j in batch.step()})
     assert batch.src_mask.shape[1] == max(len(j.src) for j in short) < wide
-    assert batch.cross_k.shape[3] == batch.src_mask.shape[1] and batch.cross_k.flags.c_contiguous
+    assert all(c.shape[2] == batch.src_mask.shape[1] and c.flags.c_contiguous for c in batch.cross_k)
     while batch.jobs:
         batch.remove({j.id for j in batch.step()})
     assert [[h.tokens for h in j.result] for j in short] == [[h.tokens for h in a] for a in alone]
+
+
+def test_steps_read_the_buffers_in_place_and_reuse_free_slots(setup, monkeypatch):
+    """onnxruntime gets contiguous views of the live rows (no copies per step), and slots
+    freed by jobs that left are written again instead of growing the cache."""
+    rt, _, tok = setup
+    batch = Batch(rt)
+    seen = []
+    real_step = rt.step
+
+    def spy(input_ids, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v):
+        for given, buf in ((past_mask, batch.past_mask), *zip(past_k, batch.past_k), *zip(cross_k, batch.cross_k)):
+            assert given.flags.c_contiguous and np.shares_memory(given, buf)
+        seen.append(past_mask.shape[1])
+        return real_step(input_ids, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v)
+
+    monkeypatch.setattr(rt, "step", spy)
+    texts = iter(TEXTS * 20)
+    jobs = []
+    for _ in range(100):  # 100 steps of overlapping 5-token jobs, two or three alive at a time
+        if len(batch) < 3:
+            jobs.append(job(tok, next(texts), max_len=5, min_len=5))
+            batch.add(encode_jobs(rt, jobs[-1:]))
+        batch.remove({j.id for j in batch.step()})
+    assert len(seen) == 100 and max(seen) <= 2 * Batch.SLOT_CHUNK  # not 100: the slots were reused
+    while batch.jobs:
+        batch.remove({j.id for j in batch.step()})
+    assert all(len(j.result[0].tokens) == 5 for j in jobs)
+    assert batch.capacity == (0, 0, 0)  # an idle batch holds no memory
+
+
+def test_newcomers_are_encoded_in_length_groups(setup):
+    """Sources of very different lengths are not padded to the longest in one encoder run."""
+    rt, _, _ = setup
+
+    def of_length(n: int) -> Job:
+        return Job([5] * (n - 1) + [3], DecodeOptions(), max_len=4, bos=2, eos=3, pad=0)
+
+    jobs = [of_length(n) for n in (40, 10, 10, 12, 10, 40, 10, 40, 10)]
+    assert [[len(j.src) for j in g] for g in length_groups(jobs)] == [[10] * 5 + [12], [40] * 3]
+    encoded = encode_jobs(rt, jobs)
+    assert [e.src_mask.shape for e in encoded] == [(6, 12), (3, 40)]
+    assert [c.shape for c in encoded[0].cross_k] == [(6, 4, 12, 16)] * 2
+    # 10..15 pad by 15 tokens in one run (within the 16 allowed); a 16 would pad by 21.
+    assert [[len(j.src) for j in g] for g in length_groups([of_length(n) for n in range(16, 9, -1)])] == [
+        [10, 11, 12, 13, 14, 15], [16]]
 
 
 def test_spinning_is_a_session_option(tiny_package):

@@ -49,17 +49,17 @@ class _Decoder:
         self.model, self.use_cache = model, use_cache
         self.src_mask = src.ne(PAD_ID)
         self.cross_k, self.cross_v = model.cross_kv(model.encode(src, self.src_mask))
-        self.past_k, self.past_v, self.past_mask = model.empty_cache(src.size(0), src.device, self.cross_k.dtype)
+        self.past_k, self.past_v, self.past_mask = model.empty_cache(src.size(0), src.device, self.cross_k[0].dtype)
         self.prefix = torch.empty(src.size(0), 0, dtype=torch.long, device=src.device)
 
     def reorder(self, rows: Tensor) -> None:
         """Keep only / duplicate rows (beam search reordering). Cross K/V and the source
         mask are indexed too: the reference favours simplicity over sharing."""
         self.src_mask = self.src_mask.index_select(0, rows)
-        self.cross_k = self.cross_k.index_select(1, rows)
-        self.cross_v = self.cross_v.index_select(1, rows)
-        self.past_k = self.past_k.index_select(1, rows)
-        self.past_v = self.past_v.index_select(1, rows)
+        self.cross_k = [c.index_select(0, rows) for c in self.cross_k]
+        self.cross_v = [c.index_select(0, rows) for c in self.cross_v]
+        self.past_k = [c.index_select(0, rows) for c in self.past_k]
+        self.past_v = [c.index_select(0, rows) for c in self.past_v]
         self.past_mask = self.past_mask.index_select(0, rows)
         self.prefix = self.prefix.index_select(0, rows)
 
@@ -72,11 +72,12 @@ class _Decoder:
             positions = torch.full((b, 1), t - 1, dtype=torch.long, device=tokens.device)
             out = m.decode_step(tokens[:, None], positions, self.past_mask, self.src_mask,
                                 self.cross_k, self.cross_v, self.past_k, self.past_v)
-            self.past_k, self.past_v = out.present_k, out.present_v
+            self.past_k = [torch.cat([p, n], dim=2) for p, n in zip(self.past_k, out.new_k)]
+            self.past_v = [torch.cat([p, n], dim=2) for p, n in zip(self.past_v, out.new_v)]
             self.past_mask = torch.ones(b, t, dtype=torch.bool, device=tokens.device)
         else:
             positions = torch.arange(t, device=tokens.device).expand(b, t)
-            past_k, past_v, past_mask = m.empty_cache(b, tokens.device, self.cross_k.dtype)
+            past_k, past_v, past_mask = m.empty_cache(b, tokens.device, self.cross_k[0].dtype)
             out = m.decode_step(self.prefix, positions, past_mask, self.src_mask,
                                 self.cross_k, self.cross_v, past_k, past_v)
         return torch.log_softmax(m.project(out.hidden[:, -1]).float(), dim=-1)

@@ -12,12 +12,16 @@ positions, a cache of past keys/values with a mask over it, and the source's
 cross-attention keys/values. Training calls it with P = 0 and the whole target
 prefix; incremental decoding (reference decoder, ONNX export, the server) calls it
 one token at a time. Because the same function serves both, "the cache gives the same
-logits as the full decoder" is a property of the code, and a test checks it.
+logits as the full decoder" is a property of the code, and a test checks it. The cache is
+read-only inside a step (attention over it and over the new tokens is joined at the
+scores, not by concatenating keys), and keys and values are kept per layer, so a decoder
+that owns its cache as a preallocated buffer appends one column per step in place.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -30,19 +34,33 @@ MASK_VALUE = -1.0e4  # finite in fp16 (max 65504); exp(-1e4) underflows to exact
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Module | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Module | None = None,
+    cache: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.
 
     q: (B, H, T, Dh), k/v: (B, H, S, Dh), mask: bool broadcastable to (B, H, T, S).
-    Returns the output (B, H, T, Dh) and the attention weights (B, H, T, S).
+    ``cache``: optional past keys/values (B, H, P, Dh) and their mask (B, 1, 1, P), attended
+    together with k/v. The result equals attention over the concatenated keys and values,
+    but the cache is only read: the scores of both parts are joined (small, (B, H, T, P+S)),
+    and the two weighted sums added. Concatenating instead would copy the whole cache at
+    every decoding step.
+    Returns the output (B, H, T, Dh) and the attention weights (B, H, T, P+S).
     """
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    d_k = math.sqrt(q.size(-1))
+    scores = torch.matmul(q, k.transpose(-2, -1)) / d_k  # (B, H, T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, MASK_VALUE)
+    if cache is not None:
+        past_k, _, past_mask = cache
+        past_scores = (torch.matmul(q, past_k.transpose(-2, -1)) / d_k).masked_fill(~past_mask, MASK_VALUE)
+        scores = torch.cat([past_scores, scores], dim=-1)  # (B, H, T, P+S)
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     attended = weights if dropout is None else dropout(weights)
-    return torch.matmul(attended, v), weights
+    if cache is None:
+        return torch.matmul(attended, v), weights
+    past_v, p = cache[1], cache[0].size(2)
+    return torch.matmul(attended[..., :p], past_v) + torch.matmul(attended[..., p:], v), weights
 
 
 class MultiHeadAttention(nn.Module):
@@ -68,9 +86,10 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of a memory, (B, H, S, Dh) each."""
         return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                cache: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
-        out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, cache)
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_head)  # (B, T, D)
         return self.w_o(out), weights
@@ -154,30 +173,32 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,  # (B, T, D)
-        self_mask: Tensor,  # (B, 1, T, P+T)
+        causal_mask: Tensor,  # (1, 1, T, T) new token i sees new tokens j <= i
         past_k: Tensor,  # (B, H, P, Dh)
         past_v: Tensor,
+        past_mask: Tensor,  # (B, 1, 1, P)
         cross_k: Tensor,  # (B, H, S, Dh)
         cross_v: Tensor,
         src_mask: Tensor,  # (B, 1, 1, S)
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Returns the new states (B, T, D), the new tokens' keys and values (B, H, T, Dh)
+        (the caller appends them to its cache) and the cross-attention weights."""
         h = self.sublayer[0].before(x)
         new_k, new_v = self.self_attn.project_kv(h)
-        k = torch.cat([past_k, new_k], dim=2)  # (B, H, P+T, Dh)
-        v = torch.cat([past_v, new_v], dim=2)
-        x = self.sublayer[0].after(x, self.self_attn(h, k, v, self_mask)[0])
+        attended = self.self_attn(h, new_k, new_v, causal_mask, cache=(past_k, past_v, past_mask))[0]
+        x = self.sublayer[0].after(x, attended)
         h = self.sublayer[1].before(x)
         attended, cross_weights = self.cross_attn(h, cross_k, cross_v, src_mask)
         x = self.sublayer[1].after(x, attended)
         h = self.sublayer[2].before(x)
         x = self.sublayer[2].after(x, self.feed_forward(h))
-        return x, k, v, cross_weights
+        return x, new_k, new_v, cross_weights
 
 
 class DecoderOutput(NamedTuple):
     hidden: Tensor  # (B, T, D) final decoder states of the new tokens
-    present_k: Tensor  # (L, B, H, P+T, Dh)
-    present_v: Tensor  # (L, B, H, P+T, Dh)
+    new_k: tuple[Tensor, ...]  # per layer (B, H, T, Dh): the new tokens' keys, to append to the cache
+    new_v: tuple[Tensor, ...]
     cross_attention: Tensor  # (B, T, S) last layer's cross-attention, mean over heads
 
 
@@ -232,17 +253,18 @@ class Transformer(nn.Module):
             x = layer(x, attn_mask)
         return self.encoder_norm(x)
 
-    def cross_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Every decoder layer's cross-attention keys and values: (L, B, H, S, Dh) each."""
+    def cross_kv(self, memory: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """Every decoder layer's cross-attention keys and values: per layer (B, H, S, Dh)."""
         ks, vs = zip(*(layer.cross_attn.project_kv(memory) for layer in self.decoder_layers))
-        return torch.stack(ks), torch.stack(vs)
+        return list(ks), list(vs)
 
     # ---------------------------------------------------------------- decoder
-    def empty_cache(self, batch: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
-        """Past keys/values with P = 0, and the matching empty past mask."""
-        shape = (self.cfg.n_decoder_layers, batch, self.n_heads, 0, self.d_head)
-        empty = torch.zeros(shape, device=device, dtype=dtype)
-        return empty, empty.clone(), torch.zeros(batch, 0, dtype=torch.bool, device=device)
+    def empty_cache(self, batch: int, device: torch.device | str = "cpu",
+                    dtype: torch.dtype = torch.float32) -> tuple[list[Tensor], list[Tensor], Tensor]:
+        """Past keys and values with P = 0 (per layer (B, H, 0, Dh)), and the empty past mask."""
+        empty = torch.zeros(batch, self.n_heads, 0, self.d_head, device=device, dtype=dtype)
+        layers = range(self.cfg.n_decoder_layers)
+        return [empty for _ in layers], [empty for _ in layers], torch.zeros(batch, 0, dtype=torch.bool, device=device)
 
     def decode_step(
         self,
@@ -250,26 +272,26 @@ class Transformer(nn.Module):
         positions: Tensor,  # (B, T) their positions in the target
         past_mask: Tensor,  # (B, P) True where a cached position is real
         src_mask: Tensor,  # (B, S)
-        cross_k: Tensor,  # (L, B, H, S, Dh)
-        cross_v: Tensor,
-        past_k: Tensor,  # (L, B, H, P, Dh)
-        past_v: Tensor,
+        cross_k: Sequence[Tensor],  # per layer (B, H, S, Dh)
+        cross_v: Sequence[Tensor],
+        past_k: Sequence[Tensor],  # per layer (B, H, P, Dh)
+        past_v: Sequence[Tensor],
     ) -> DecoderOutput:
+        """New tokens attend to every real cached position and to new tokens j <= i. The
+        cache is read, not extended: the new keys/values come back for the caller to keep."""
         t = input_ids.size(1)
         x = self.embed(input_ids, positions)
-        # New token i sees every real cached position and new tokens j <= i.
-        causal = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()
-        past = past_mask[:, None, :].expand(-1, t, -1)  # (B, T, P)
-        self_mask = torch.cat([past, causal.expand(input_ids.size(0), -1, -1)], dim=2)[:, None]  # (B, 1, T, P+T)
+        causal = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()[None, None]  # (1, 1, T, T)
+        past = past_mask[:, None, None, :]  # (B, 1, 1, P)
         src = src_mask[:, None, None, :]  # (B, 1, 1, S)
-        present_k, present_v = [], []
+        new_k, new_v = [], []
         cross_weights = x.new_zeros(0)
         for i, layer in enumerate(self.decoder_layers):
-            x, k, v, cross_weights = layer(x, self_mask, past_k[i], past_v[i], cross_k[i], cross_v[i], src)
-            present_k.append(k)
-            present_v.append(v)
+            x, k, v, cross_weights = layer(x, causal, past_k[i], past_v[i], past, cross_k[i], cross_v[i], src)
+            new_k.append(k)
+            new_v.append(v)
         hidden = self.decoder_norm(x)
-        return DecoderOutput(hidden, torch.stack(present_k), torch.stack(present_v), cross_weights.mean(dim=1))
+        return DecoderOutput(hidden, tuple(new_k), tuple(new_v), cross_weights.mean(dim=1))
 
     def project(self, hidden: Tensor) -> Tensor:
         """Output logits through the shared embedding matrix: (..., D) -> (..., V)."""
@@ -281,7 +303,7 @@ class Transformer(nn.Module):
         cross_k, cross_v = self.cross_kv(self.encode(src_ids, src_mask))
         b, t = tgt_in.shape
         positions = torch.arange(t, device=tgt_in.device).unsqueeze(0).expand(b, t)
-        past_k, past_v, past_mask = self.empty_cache(b, tgt_in.device, cross_k.dtype)
+        past_k, past_v, past_mask = self.empty_cache(b, tgt_in.device, cross_k[0].dtype)
         out = self.decode_step(tgt_in, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v)
         return self.project(out.hidden)
 
