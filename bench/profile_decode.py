@@ -114,6 +114,7 @@ def ort_op_profile(package: Any, variant: str, threads: int, rows: int, past: in
     import onnxruntime as ort
 
     from export import contract
+    from server.runtime import CPU_DISABLED_FUSIONS
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -121,7 +122,7 @@ def ort_op_profile(package: Any, variant: str, threads: int, rows: int, past: in
     opts.enable_profiling = True
     opts.profile_file_prefix = os.path.join(tempfile.gettempdir(), "nmt_decoder_profile")
     session = ort.InferenceSession(str(package.graph_path(contract.DECODER, variant)), opts,
-                                   providers=["CPUExecutionProvider"])
+                                   providers=["CPUExecutionProvider"], disabled_optimizers=CPU_DISABLED_FUSIONS)
     feeds = step_feeds(package.dims, rows, past, src)
     for _ in range(steps):
         session.run(None, feeds)

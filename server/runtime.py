@@ -24,8 +24,8 @@ CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 # Graph fusions that make the CPU slower. onnxruntime's CPU SkipLayerNormalization kernel
 # (residual add + LayerNorm fused) runs ~4.5 ns per element where the plain Add and
 # LayerNormalization kernels it replaces take a fraction of that: without the fusion the
-# encoder of a 32 x 30 batch takes 36 ms instead of 42 (fp32; int8 14 instead of 17), a
-# decoder step 7 % less (`python -m bench.profile_decode ... --ort-ops`). CUDA keeps it.
+# encoder of a 32 x 30 batch took 36 ms instead of 42 (fp32; int8 14 instead of 17), a
+# decoder step 7 % less (one-off A/B; docs/BENCHMARKS.md). CUDA keeps it.
 CPU_DISABLED_FUSIONS = ["SkipLayerNormFusion"]
 
 
