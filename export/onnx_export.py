@@ -77,8 +77,9 @@ class DecoderStepGraph(nn.Module):
         return (log_probs, *out.new_k, *out.new_v, out.cross_attention[:, -1])
 
 
-def example_inputs(model: Transformer, b: int, s: int, t: int, p: int, seed: int = 0) -> dict[str, Tensor]:
-    """Decoder-step inputs of the given sizes (real-looking ids, masks with some padding)."""
+def example_inputs(model: Transformer, b: int, s: int, p: int, seed: int = 0) -> dict[str, Tensor]:
+    """Decoder-step inputs of the given sizes, one new token per row (real-looking ids,
+    masks with some padding)."""
     cfg = model.cfg
     g = torch.Generator().manual_seed(seed)
     layers, heads, d_head = cfg.n_decoder_layers, cfg.n_heads, cfg.d_model // cfg.n_heads
@@ -89,8 +90,8 @@ def example_inputs(model: Transformer, b: int, s: int, t: int, p: int, seed: int
     if b > 1 and p > 1:
         past_mask[-1, 0] = False  # a row whose cache starts later
     inputs = {
-        contract.INPUT_IDS: torch.randint(4, cfg.vocab_size, (b, t), generator=g),
-        contract.POSITIONS: (torch.arange(t) + p).expand(b, t).contiguous(),
+        contract.INPUT_IDS: torch.randint(4, cfg.vocab_size, (b, 1), generator=g),
+        contract.POSITIONS: torch.full((b, 1), p),
         contract.PAST_MASK: past_mask,
         contract.SRC_MASK: src_mask,
     }
@@ -134,7 +135,7 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = OPSET) -> tupl
         torch.onnx.export(EncoderGraph(model), (src_ids,), str(enc_path), input_names=list(enc_in),
                           output_names=list(enc_out), opset_version=opset, dynamo=True,
                           dynamic_shapes={contract.SRC_IDS: {0: batch, 1: src}}, optimize=True, verbose=False)
-        inputs = example_inputs(model, b=2, s=5, t=1, p=4)
+        inputs = example_inputs(model, b=2, s=5, p=4)
         n = model.cfg.n_decoder_layers
         caches = (*[{0: batch, 2: src}] * (2 * n), *[{0: batch, 2: past}] * (2 * n))
         shapes = ({0: batch}, {0: batch}, {0: batch, 1: past}, {0: batch, 1: src}, caches)
@@ -180,7 +181,7 @@ def check_graphs(model: Transformer, enc_path: Path, dec_path: Path,
             ref = EncoderGraph(model)(ids)
             got = enc.run(None, {contract.SRC_IDS: ids.numpy()})
             worst = max(worst, *(float(np.abs(g - r.numpy()).max()) for g, r in zip(got, ref)))
-            inputs = example_inputs(model, b, s, 1, p, seed=b * 1000 + s)
+            inputs = example_inputs(model, b, s, p, seed=b * 1000 + s)
             ref = DecoderStepGraph(model)(*inputs.values())
             got = dec.run(None, {k: v.numpy() for k, v in inputs.items()})
             for name, g, r in zip(contract.decoder_outputs(model.cfg.n_decoder_layers), got, ref):

@@ -86,22 +86,17 @@ class Job:
     def k(self) -> int:
         return self.options.beam_size
 
-    def advance(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray | None:
-        """Consume this step's log-probabilities (k, V); return the beam rows to keep, in
-        their new order (None: no reordering)."""
-        if self.step < self.options.min_len:
-            logp[:, self.eos] = NEG_INF
-        if self.k == 1:
-            token = int(logp[0].argmax())
-            self.advance_greedy(token, logp[0, token], attention)
-            return None
+    def advance(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
+        """Beam search's step: consume this step's log-probabilities (k, V) and return the
+        beam rows to keep, in their new order."""
         perm = self._beam(logp, attention)
         self._next_step()
         return perm
 
     def advance_greedy(self, token: int, logp: np.float32, attention: np.ndarray | None) -> None:
         """Greedy search's step, given the row's best token and its log-probability (the
-        batch takes the argmax of all greedy rows at once)."""
+        batch takes the argmax of all greedy rows at once). The batch also bans eos before
+        ``min_len``, for greedy and beam rows alike."""
         self.scores[0] += logp
         if token == self.eos:
             self._finish([Hypothesis(self.beams[0], float(self.scores[0]), self._attn(0))])
@@ -198,7 +193,7 @@ class Batch:
         self.rt = runtime
         self.jobs: list[Job] = []
         self.slots: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
-        self.n = 0
+        self.n = 0  # rows in use: 0 .. n-1
         self._alloc(0, 0, 0)
 
     def _alloc(self, rows: int, slots: int, width: int) -> None:
@@ -209,11 +204,6 @@ class Batch:
         self.cross_k = [self.rt.cache(rows, width) for _ in layers]
         self.cross_v = [self.rt.cache(rows, width) for _ in layers]
         self.src_mask = np.zeros((rows, width), dtype=bool)
-
-    @property
-    def rows(self) -> int:
-        """Rows in use by jobs."""
-        return self.n
 
     @property
     def capacity(self) -> tuple[int, int, int]:
@@ -227,27 +217,27 @@ class Batch:
         """New buffers of ``rows`` x ``slots`` x ``width``, the live rows copied over (cache
         slots ``keep_slots`` only, moved to the front; source positions up to ``width``)."""
         n = self.n
-        old = (self.past_k, self.past_v, self.past_mask, self.cross_k, self.cross_v, self.src_mask)
-        keep = np.arange(self.past_mask.shape[1]) if keep_slots is None else keep_slots
+        keep = slice(None) if keep_slots is None else keep_slots
+        kept = self.past_mask.shape[1] if keep_slots is None else len(keep_slots)
         w = min(width, self.src_mask.shape[1])
-        self._alloc(rows, max(slots or 0, len(keep)), width)
-        for new_bufs, old_bufs in ((self.past_k, old[0]), (self.past_v, old[1])):
-            for new_buf, old_buf in zip(new_bufs, old_bufs):
-                new_buf[:n, :, :len(keep)] = old_buf[:n, :, keep]
-        self.past_mask[:n, :len(keep)] = old[2][:n, keep]
-        for new_bufs, old_bufs in ((self.cross_k, old[3]), (self.cross_v, old[4])):
-            for new_buf, old_buf in zip(new_bufs, old_bufs):
-                new_buf[:n, :, :w] = old_buf[:n, :, :w]
-        self.src_mask[:n, :w] = old[5][:n, :w]
+        old_cache, old_mask = (*self.past_k, *self.past_v), self.past_mask
+        old_cross, old_src = (*self.cross_k, *self.cross_v), self.src_mask
+        self._alloc(rows, max(slots or 0, kept), width)
+        for new, old in zip((*self.past_k, *self.past_v), old_cache):  # (rows, H, slots, Dh)
+            new[:n, :, :kept] = old[:n, :, keep]
+        self.past_mask[:n, :kept] = old_mask[:n, keep]
+        for new, old in zip((*self.cross_k, *self.cross_v), old_cross):  # (rows, H, S, Dh)
+            new[:n, :, :w] = old[:n, :, :w]
+        self.src_mask[:n, :w] = old_src[:n, :w]
 
     def add(self, groups: list[Encoded]) -> None:
         """Jobs join with one encoder output row each (from one or more encoder runs); every
         beam row gets its source's keys/values. The buffers grow at most once per call."""
         needed = self.n + sum(j.k for g in groups for j in g.jobs)
         widest = max(g.src_mask.shape[1] for g in groups)
-        rows, slots, width = self.capacity
-        if needed > rows or widest > width:
-            grown = max(needed, 2 * rows, self.ROW_CHUNK) if needed > rows else rows
+        capacity, slots, width = self.capacity
+        if needed > capacity or widest > width:
+            grown = max(needed, 2 * capacity, self.ROW_CHUNK) if needed > capacity else capacity
             self._reshape(grown, max(width, widest), slots=max(slots, self.SLOT_CHUNK))
         for jobs, cross_k, cross_v, src_mask in groups:
             s, n = src_mask.shape[1], self.n
@@ -329,11 +319,10 @@ class Batch:
             buf[:n, :, slot] = new[:, :, -1]
         self.past_mask[:n, slot] = True
         logp = log_probs.astype(np.float32, copy=False)
-        greedy = [j for j in self.jobs if j.k == 1]
-        if greedy:  # one argmax for every greedy row
-            early = [self.slots[j.id][0] for j in greedy if j.step < j.options.min_len]
-            if early:
-                logp[early, greedy[0].eos] = NEG_INF
+        early = [self.slots[j.id] for j in self.jobs if j.step < j.options.min_len]
+        if early:  # no eos before a job's min_len
+            logp[np.concatenate(early), self.jobs[0].eos] = NEG_INF
+        if any(j.k == 1 for j in self.jobs):  # one argmax for every greedy row
             best = logp.argmax(axis=1)
             best_logp = logp[np.arange(n), best]
         finished = []
@@ -345,7 +334,7 @@ class Batch:
                 job.advance_greedy(int(best[row]), best_logp[row], attn)
             else:
                 local = job.advance(logp[rows], attn)
-                if local is not None and not np.array_equal(local, np.arange(job.k)):
+                if not np.array_equal(local, np.arange(job.k)):
                     # Beams re-ranked: only this job's rows of the self-attention cache
                     # move; its cross keys/values are the same in every beam row.
                     for buf in (*self.past_k, *self.past_v, self.past_mask):

@@ -226,7 +226,7 @@ class Scheduler:
 
     def _admit(self) -> None:
         now = time.monotonic()
-        rows = self._batch.rows
+        rows = self._batch.n
         tokens = sum(t.cost for t in self._running.values())
         admitted: list[tuple[Ticket, Encoded]] = []
         with self._cond:
@@ -254,7 +254,7 @@ class Scheduler:
             self._running[t.job.id] = t
 
     def _step(self) -> None:
-        rows = self._batch.rows
+        rows = self._batch.n
         try:
             finished = self._batch.step()
         except Exception as e:
