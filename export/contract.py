@@ -3,20 +3,23 @@
 This module is the one place those names are written. It imports nothing heavy (no
 torch, no onnx), so the server imports it too and never matches names by substring.
 Keys and values are one tensor per decoder layer (``cross_k_0``, ``past_v_3``, ...), so
-nothing is split or stacked per step.
+nothing is split or stacked per step. Keys are transposed, [B,H,Dh,positions], values
+are not, [B,H,positions,Dh]: a step's scores and its weighted sum are then both plain
+matrix products of one query row, which onnxruntime's CPU runs as matrix-vector products
+without repacking the cache (training/model.py, ``MultiHeadAttention.project_kv``).
 
 Encoder:  src_ids int64[B,S] (right-padded with the pad id)
-          -> cross_k_i, cross_v_i float[B,H,S,Dh] for every decoder layer i: the
-             cross-attention keys and values, computed once per source.
+          -> cross_k_i float[B,H,Dh,S], cross_v_i float[B,H,S,Dh] for every decoder
+             layer i: the cross-attention keys and values, computed once per source.
 Decoder step:
           input_ids int64[B,1] (one new token per row; a prefix is fed token by token)
           positions int64[B,1] (the new token's position in its target)
           past_mask bool[B,P]  (True where a cached slot is real)
           src_mask  bool[B,S]  (True where a source position is real)
-          cross_k_i, cross_v_i float[B,H,S,Dh]
-          past_k_i, past_v_i   float[B,H,P,Dh] (P may be 0)
+          cross_k_i float[B,H,Dh,S], cross_v_i float[B,H,S,Dh]
+          past_k_i  float[B,H,Dh,P], past_v_i  float[B,H,P,Dh] (P may be 0)
           -> log_probs float[B,V] (the next token's log-probabilities),
-             new_k_i, new_v_i float[B,H,1,Dh] (the new token's keys and values),
+             new_k_i float[B,H,Dh,1], new_v_i float[B,H,1,Dh] (the new token's keys and values),
              cross_attention float[B,S] (last layer, mean over heads).
 The cache is read, never extended, by the graph: the caller keeps it (a preallocated
 buffer) and writes the new keys/values into free slots. Slots are a set, not a sequence:
@@ -28,7 +31,7 @@ slots that are not its own.
 from __future__ import annotations
 
 PACKAGE_FORMAT = "nmt-model-package"
-PACKAGE_VERSION = 2  # 2: one cache tensor per layer, the step returns only the new keys/values
+PACKAGE_VERSION = 3  # 2: one cache tensor per layer, the step returns only the new keys/values; 3: keys transposed
 MANIFEST = "model.json"
 TOKENIZER = "tokenizer.model"
 

@@ -38,7 +38,7 @@ OPSET = 18
 
 
 class EncoderGraph(nn.Module):
-    """src_ids (B, S) -> cross_k_0.., cross_v_0.. (B, H, S, Dh) each."""
+    """src_ids (B, S) -> cross_k_0.. (B, H, Dh, S), cross_v_0.. (B, H, S, Dh)."""
 
     def __init__(self, model: Transformer) -> None:
         super().__init__()
@@ -96,8 +96,9 @@ def example_inputs(model: Transformer, b: int, s: int, p: int, seed: int = 0) ->
         contract.SRC_MASK: src_mask,
     }
     for name, length in ((contract.CROSS_K, s), (contract.CROSS_V, s), (contract.PAST_K, p), (contract.PAST_V, p)):
+        keys = name in (contract.CROSS_K, contract.PAST_K)  # stored transposed, (B, H, Dh, length)
         for layer_name in contract.per_layer(name, layers):
-            inputs[layer_name] = torch.randn(b, heads, length, d_head, generator=g)
+            inputs[layer_name] = torch.randn(b, heads, *((d_head, length) if keys else (length, d_head)), generator=g)
     return inputs
 
 
@@ -137,7 +138,8 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = OPSET) -> tupl
                           dynamic_shapes={contract.SRC_IDS: {0: batch, 1: src}}, optimize=True, verbose=False)
         inputs = example_inputs(model, b=2, s=5, p=4)
         n = model.cfg.n_decoder_layers
-        caches = (*[{0: batch, 2: src}] * (2 * n), *[{0: batch, 2: past}] * (2 * n))
+        caches = (*[{0: batch, 3: src}] * n, *[{0: batch, 2: src}] * n, *[{0: batch, 3: past}] * n,
+                  *[{0: batch, 2: past}] * n)  # keys (B, H, Dh, length), values (B, H, length, Dh)
         shapes = ({0: batch}, {0: batch}, {0: batch, 1: past}, {0: batch, 1: src}, caches)
         dec_in, dec_out = names[contract.DECODER]
         torch.onnx.export(DecoderStepGraph(model), tuple(inputs.values()), str(dec_path), input_names=list(dec_in),

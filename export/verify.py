@@ -50,13 +50,13 @@ def step_log_probs(rt: Runtime, src: np.ndarray, prefix: np.ndarray) -> np.ndarr
     src_mask = src != pad
     cross_k, cross_v = rt.encode(src.astype(np.int64))
     b = src.shape[0]
-    past_k = [rt.cache(b, 0) for _ in range(rt.n_layers)]
+    past_k = [rt.cache(b, 0, keys=True) for _ in range(rt.n_layers)]
     past_v = [rt.cache(b, 0) for _ in range(rt.n_layers)]
     out = []
     for t in range(prefix.shape[1]):
         log_probs, new_k, new_v, _ = rt.step(prefix[:, t:t + 1].astype(np.int64), np.full((b, 1), t, dtype=np.int64),
                                           np.ones((b, t), dtype=bool), src_mask, cross_k, cross_v, past_k, past_v)
-        past_k = [np.concatenate([p, k], axis=2) for p, k in zip(past_k, new_k)]
+        past_k = [np.concatenate([p, k], axis=3) for p, k in zip(past_k, new_k)]  # keys (B, H, Dh, P)
         past_v = [np.concatenate([p, v], axis=2) for p, v in zip(past_v, new_v)]
         out.append(log_probs.astype(np.float32))
     return np.stack(out, axis=1)

@@ -18,6 +18,7 @@ gets alone.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -171,12 +172,19 @@ class Job:
         self.result = ranked[: self.options.n_best]
 
 
+def by_position(keys: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Views (rows, H, positions, Dh) of key buffers (stored transposed) and value buffers,
+    so that one piece of code moves columns of both."""
+    return [k.swapaxes(2, 3) for k in keys] + list(values)
+
+
 class Batch:
     """The running batch: the rows of every active job over one preallocated cache.
 
-    Per decoder layer the batch owns key and value buffers (rows, H, slots, Dh) and the
-    sources' cross-attention keys and values (rows, H, S, Dh), with masks over slots and
-    source positions. Rows ``0 .. n-1`` are in use, densely: a leaving job's rows are
+    Per decoder layer the batch owns key and value buffers over cache slots and the sources'
+    cross-attention keys and values over source positions (keys transposed, (rows, H, Dh,
+    positions), values (rows, H, positions, Dh); export/contract.py), with masks over slots
+    and source positions. Rows ``0 .. n-1`` are in use, densely: a leaving job's rows are
     refilled with the last rows (copying a few rows, never the batch), so each step hands
     onnxruntime contiguous views of exactly the live rows and nothing is copied per step.
     Cache slots are a set, not a sequence (positions are inputs): each step writes the new
@@ -198,12 +206,20 @@ class Batch:
 
     def _alloc(self, rows: int, slots: int, width: int) -> None:
         layers = range(self.rt.n_layers)
-        self.past_k = [self.rt.cache(rows, slots) for _ in layers]
+        self.past_k = [self.rt.cache(rows, slots, keys=True) for _ in layers]
         self.past_v = [self.rt.cache(rows, slots) for _ in layers]
         self.past_mask = np.zeros((rows, slots), dtype=bool)
-        self.cross_k = [self.rt.cache(rows, width) for _ in layers]
+        self.cross_k = [self.rt.cache(rows, width, keys=True) for _ in layers]
         self.cross_v = [self.rt.cache(rows, width) for _ in layers]
         self.src_mask = np.zeros((rows, width), dtype=bool)
+
+    def _cache_columns(self) -> list[np.ndarray]:
+        """Every past key and value buffer as a (rows, H, slots, Dh) view."""
+        return by_position(self.past_k, self.past_v)
+
+    def _cross_columns(self) -> list[np.ndarray]:
+        """Every cross-attention key and value buffer as a (rows, H, S, Dh) view."""
+        return by_position(self.cross_k, self.cross_v)
 
     @property
     def capacity(self) -> tuple[int, int, int]:
@@ -220,13 +236,13 @@ class Batch:
         keep = slice(None) if keep_slots is None else keep_slots
         kept = self.past_mask.shape[1] if keep_slots is None else len(keep_slots)
         w = min(width, self.src_mask.shape[1])
-        old_cache, old_mask = (*self.past_k, *self.past_v), self.past_mask
-        old_cross, old_src = (*self.cross_k, *self.cross_v), self.src_mask
+        old_cache, old_mask = self._cache_columns(), self.past_mask
+        old_cross, old_src = self._cross_columns(), self.src_mask
         self._alloc(rows, max(slots or 0, kept), width)
-        for new, old in zip((*self.past_k, *self.past_v), old_cache):  # (rows, H, slots, Dh)
+        for new, old in zip(self._cache_columns(), old_cache):  # (rows, H, slots, Dh)
             new[:n, :, :kept] = old[:n, :, keep]
         self.past_mask[:n, :kept] = old_mask[:n, keep]
-        for new, old in zip((*self.cross_k, *self.cross_v), old_cross):  # (rows, H, S, Dh)
+        for new, old in zip(self._cross_columns(), old_cross):  # (rows, H, S, Dh)
             new[:n, :, :w] = old[:n, :, :w]
         self.src_mask[:n, :w] = old_src[:n, :w]
 
@@ -244,10 +260,9 @@ class Batch:
             ks = [j.k for j in jobs]
             rows = slice(n, n + sum(ks))  # the newcomers' rows, beams of one job next to each other
             source = np.repeat(np.arange(len(jobs)), ks) if max(ks) > 1 else slice(None)
-            for bufs, encs in ((self.cross_k, cross_k), (self.cross_v, cross_v)):
-                for buf, enc in zip(bufs, encs):
-                    buf[rows, :, :s] = enc[source]
-                    buf[rows, :, s:] = 0
+            for buf, enc in zip(self._cross_columns(), by_position(cross_k, cross_v)):  # (rows, H, S, Dh)
+                buf[rows, :, :s] = enc[source]
+                buf[rows, :, s:] = 0
             self.src_mask[rows] = False
             self.src_mask[rows, :s] = src_mask[source]
             self.past_mask[rows] = False  # the new rows see none of the cache before them
@@ -315,7 +330,7 @@ class Batch:
         log_probs, new_k, new_v, attention = self.rt.step(
             input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n] for c in self.cross_k],
             [c[:n] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v])
-        for buf, new in zip((*self.past_k, *self.past_v), (*new_k, *new_v)):
+        for buf, new in zip(self._cache_columns(), by_position(new_k, new_v)):  # (rows, H, slots, Dh)
             buf[:n, :, slot] = new[:, :, -1]
         self.past_mask[:n, slot] = True
         logp = log_probs.astype(np.float32, copy=False)
@@ -359,8 +374,8 @@ class Encoded(NamedTuple):
     """One encoder run: its jobs and, per decoder layer, their cross-attention keys/values."""
 
     jobs: list[Job]
-    cross_k: list[np.ndarray]  # per layer (len(jobs), H, S, Dh)
-    cross_v: list[np.ndarray]
+    cross_k: list[np.ndarray]  # per layer (len(jobs), H, Dh, S)
+    cross_v: list[np.ndarray]  # per layer (len(jobs), H, S, Dh)
     src_mask: np.ndarray  # (len(jobs), S)
 
 

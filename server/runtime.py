@@ -25,8 +25,11 @@ CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 # (residual add + LayerNorm fused) runs ~4.5 ns per element where the plain Add and
 # LayerNormalization kernels it replaces take a fraction of that: without the fusion the
 # encoder of a 32 x 30 batch took 36 ms instead of 42 (fp32; int8 14 instead of 17), a
-# decoder step 7 % less (one-off A/B; docs/BENCHMARKS.md). CUDA keeps it.
-CPU_DISABLED_FUSIONS = ["SkipLayerNormFusion"]
+# decoder step 7 % less (one-off A/B; docs/BENCHMARKS.md). MatMulScaleFusion folds the
+# query's 1/sqrt(d_k) into the score product (FusedMatMul alpha), which takes the CPU
+# MatMul off its matrix-vector path for one query row: 68 vs 43 us per layer at 32 rows
+# and 32 cached positions (``python -m bench.attention_layout``). CUDA keeps both.
+CPU_DISABLED_FUSIONS = ["SkipLayerNormFusion", "MatMulScaleFusion"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class Runtime:
         return self.decoder.get_providers()
 
     def encode(self, src_ids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """src_ids (B, S) -> every decoder layer's cross-attention keys and values, (B, H, S, Dh) each."""
+        """src_ids (B, S) -> every decoder layer's cross-attention keys (B, H, Dh, S) and values (B, H, S, Dh)."""
         out = self.encoder.run(self._enc_outputs, {contract.SRC_IDS: src_ids})
         n = self.n_layers
         return out[:n], out[n:]
@@ -99,8 +102,8 @@ class Runtime:
     def step(self, input_ids: np.ndarray, positions: np.ndarray, past_mask: np.ndarray, src_mask: np.ndarray,
              cross_k: Sequence[np.ndarray], cross_v: Sequence[np.ndarray], past_k: Sequence[np.ndarray],
              past_v: Sequence[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], np.ndarray]:
-        """One decoder step (see export/contract.py): log-probabilities (B, V), the new keys and values
-        per layer (B, H, T, Dh), the last layer's cross-attention (B, S). The caches are read
+        """One decoder step (see export/contract.py): log-probabilities (B, V), the new keys (B, H, Dh, 1)
+        and values (B, H, 1, Dh) per layer, the last layer's cross-attention (B, S). The caches are read
         in place (onnxruntime wraps C-contiguous numpy arrays without copying them)."""
         feed = dict(zip(self._dec_inputs, (input_ids, positions, past_mask, src_mask, *cross_k, *cross_v,
                                            *past_k, *past_v)))
@@ -108,6 +111,7 @@ class Runtime:
         n = self.n_layers
         return out[0], out[1:n + 1], out[n + 1:2 * n + 1], out[-1]
 
-    def cache(self, rows: int, length: int) -> np.ndarray:
-        """A zeroed key or value buffer of one layer, (rows, H, length, Dh)."""
-        return np.zeros((rows, self.n_heads, length, self.d_head), dtype=self.float_type)
+    def cache(self, rows: int, length: int, keys: bool = False) -> np.ndarray:
+        """A zeroed buffer of one layer: values (rows, H, length, Dh), keys transposed (rows, H, Dh, length)."""
+        shape = (rows, self.n_heads, self.d_head, length) if keys else (rows, self.n_heads, length, self.d_head)
+        return np.zeros(shape, dtype=self.float_type)

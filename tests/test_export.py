@@ -61,7 +61,8 @@ def test_graph_inputs_and_outputs_follow_the_contract(tiny_package):
 
 def _empty(m: Runtime, rows: int):
     layers = range(m.n_layers)
-    return [m.cache(rows, 0) for _ in layers], [m.cache(rows, 0) for _ in layers], np.zeros((rows, 0), dtype=bool)
+    return ([m.cache(rows, 0, keys=True) for _ in layers], [m.cache(rows, 0) for _ in layers],
+            np.zeros((rows, 0), dtype=bool))
 
 
 def _step(m: Runtime, ids, positions, past_mask, src_mask, ck, cv, pk, pv):
@@ -73,8 +74,9 @@ def _rows(layers: list[np.ndarray], rows: slice) -> list[np.ndarray]:
     return [c[rows] for c in layers]
 
 
-def _append(past: list[np.ndarray], new: list[np.ndarray]) -> list[np.ndarray]:
-    return [np.concatenate([p, n], axis=2) for p, n in zip(past, new)]
+def _append(past: list[np.ndarray], new: list[np.ndarray], axis: int) -> list[np.ndarray]:
+    """Keys (B, H, Dh, P) grow on axis 3, values (B, H, P, Dh) on axis 2."""
+    return [np.concatenate([p, n], axis=axis) for p, n in zip(past, new)]
 
 
 def _prefill(m: Runtime, prefix: list[int], src_mask, ck, cv):
@@ -83,7 +85,7 @@ def _prefill(m: Runtime, prefix: list[int], src_mask, ck, cv):
     log_probs = None
     for t, token in enumerate(prefix):
         log_probs, new_k, new_v, _ = _step(m, [[token]], [[t]], np.ones((1, t), dtype=bool), src_mask, ck, cv, pk, pv)
-        pk, pv = _append(pk, new_k), _append(pv, new_v)
+        pk, pv = _append(pk, new_k, 3), _append(pv, new_v, 2)
     return log_probs, pk, pv
 
 
@@ -91,12 +93,14 @@ def test_the_step_graph_takes_one_token_per_row(tiny_package, tiny_checkpoint):
     m = cpu_runtime(ModelPackage.load(tiny_package))
     src = sources(tiny_checkpoint)[:2]
     ck, cv = m.encode(src)
-    assert [c.shape for c in ck] == [(2, 4, src.shape[1], 16)] * 2  # per layer (B, H, S, Dh)
+    assert [c.shape for c in ck] == [(2, 4, 16, src.shape[1])] * 2  # per layer (B, H, Dh, S): keys transposed
+    assert [c.shape for c in cv] == [(2, 4, src.shape[1], 16)] * 2  # per layer (B, H, S, Dh)
     pk, pv, pm = _empty(m, 2)
-    log_probs, new_k, _, attn = _step(m, [[2], [2]], [[0], [0]], pm, src != 0, ck, cv, pk, pv)
+    log_probs, new_k, new_v, attn = _step(m, [[2], [2]], [[0], [0]], pm, src != 0, ck, cv, pk, pv)
     assert log_probs.shape == (2, m.package.dims.vocab_size) and attn.shape == src.shape
     assert np.allclose(np.exp(log_probs).sum(axis=1), 1.0, atol=1e-5)
-    assert [x.shape for x in new_k] == [(2, 4, 1, 16)] * 2  # only the new token's keys come back
+    assert [x.shape for x in new_k] == [(2, 4, 16, 1)] * 2  # only the new token's keys come back
+    assert [x.shape for x in new_v] == [(2, 4, 1, 16)] * 2
     with pytest.raises(Exception, match="Got: 2 Expected: 1"):  # a step is one token; prefixes go one by one
         _step(m, [[2, 5], [2, 6]], [[0, 1], [0, 1]], pm, src != 0, ck, cv, pk, pv)
 
@@ -121,11 +125,12 @@ def test_rows_with_different_past_lengths_share_a_step(tiny_package, tiny_checkp
     def junk() -> np.ndarray:
         return rng.standard_normal((1, 4, 1, 16)).astype(np.float32)
 
-    # Slots: A A junk A / junk junk B junk
-    past_k = [np.concatenate([np.concatenate([x[:, :, :2], junk(), x[:, :, 2:]], axis=2),
-                              np.concatenate([junk(), junk(), y, junk()], axis=2)]) for x, y in zip(ka, kb)]
-    past_v = [np.concatenate([np.concatenate([x[:, :, :2], junk(), x[:, :, 2:]], axis=2),
-                              np.concatenate([junk(), junk(), y, junk()], axis=2)]) for x, y in zip(va, vb)]
+    def slots(a_rows, b_rows) -> list[np.ndarray]:  # Slots: A A junk A / junk junk B junk, (2, H, 4, Dh)
+        return [np.concatenate([np.concatenate([x[:, :, :2], junk(), x[:, :, 2:]], axis=2),
+                                np.concatenate([junk(), junk(), y, junk()], axis=2)]) for x, y in zip(a_rows, b_rows)]
+    by_slot = ([k.swapaxes(2, 3) for k in ks] for ks in (ka, kb))  # keys (1, H, Dh, P) -> (1, H, P, Dh)
+    past_k = [np.ascontiguousarray(k.swapaxes(2, 3)) for k in slots(*by_slot)]
+    past_v = slots(va, vb)
     past_mask = np.array([[True, True, False, True], [False, False, True, False]])
     logits, *_ = _step(m, [[a[3]], [b[1]]], [[3], [1]], past_mask, src_mask, ck, cv, past_k, past_v)
     assert np.abs(logits[0] - alone(0, a)).max() < 1e-5
@@ -150,7 +155,7 @@ def test_int8_and_fp16_variants_decode(tiny_package, tiny_checkpoint):
 
 def test_manifest_describes_the_package(tiny_package, tiny_checkpoint):
     manifest = json.loads((tiny_package / "model.json").read_text())
-    assert manifest["format"] == "nmt-model-package" and manifest["format_version"] == 2
+    assert manifest["format"] == "nmt-model-package" and manifest["format_version"] == 3
     assert manifest["pairs"] == ["en-de", "de-en"]
     tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
     assert manifest["language_tags"] == {"de": tok.tag_id("de"), "en": tok.tag_id("en")}
@@ -181,7 +186,7 @@ def test_package_validation_names_every_problem(tiny_package, tmp_path):
     with pytest.raises(PackageError) as err:
         ModelPackage.load(bad)
     assert err.value.problems == [
-        "format_version is 99, this code reads 2",
+        "format_version is 99, this code reads 3",
         "decoder outputs are ['logits'], this server expects ['log_probs', 'new_k_0', 'new_k_1', 'new_v_0', 'new_v_1', "
         "'cross_attention']",
     ]

@@ -32,7 +32,7 @@ def test_positional_encoding_equals_the_formula():
 def test_attention_is_softmax_of_scaled_scores():
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4)
-    out, w = scaled_dot_product_attention(q, k, v, None)
+    out, w = scaled_dot_product_attention(q, k.transpose(-1, -2), v, None)  # keys come transposed
     expected_w = torch.softmax(q @ k.transpose(-1, -2) / 2.0, dim=-1)
     assert torch.allclose(w, expected_w, atol=1e-6)
     assert torch.allclose(out, expected_w @ v, atol=1e-6)
@@ -41,7 +41,7 @@ def test_attention_is_softmax_of_scaled_scores():
 def test_fully_masked_row_gives_no_nan():
     q, k, v = torch.randn(1, 1, 2, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
     mask = torch.zeros(1, 1, 2, 3, dtype=torch.bool)
-    out, w = scaled_dot_product_attention(q.half(), k.half(), v.half(), mask)
+    out, w = scaled_dot_product_attention(q.half(), k.half().transpose(-1, -2), v.half(), mask)
     assert torch.isfinite(out).all() and torch.isfinite(w).all()
 
 
@@ -83,8 +83,9 @@ def test_incremental_decoding_with_cache_equals_full_decoder(pre_norm):
         out = model.decode_step(tgt[:, t:t + 1], torch.full((2, 1), t), past_mask, src_mask, cross_k, cross_v,
                                 past_k, past_v)
         assert torch.allclose(model.project(out.hidden[:, -1]), full[:, t], atol=1e-5)
-        assert [k.shape for k in out.new_k] == [(2, 2, 1, 8)] * 2  # per layer (B, H, T, Dh)
-        past_k = [torch.cat([p, n], dim=2) for p, n in zip(past_k, out.new_k)]
+        assert [k.shape for k in out.new_k] == [(2, 2, 8, 1)] * 2  # per layer (B, H, Dh, T): keys transposed
+        assert [v.shape for v in out.new_v] == [(2, 2, 1, 8)] * 2  # per layer (B, H, T, Dh)
+        past_k = [torch.cat([p, n], dim=3) for p, n in zip(past_k, out.new_k)]
         past_v = [torch.cat([p, n], dim=2) for p, n in zip(past_v, out.new_v)]
         past_mask = torch.ones(2, t + 1, dtype=torch.bool)
         assert out.cross_attention.shape == (2, 1, 5)
@@ -107,23 +108,26 @@ def test_rows_at_different_past_lengths_share_a_step():
     # order: the positions are the tokens' own, so the cache is a set of slots.
     order = [2, 0, 3, 1]  # junk, cached 0, junk, cached 1
 
-    def shuffled(cache):
-        return [torch.cat([c, torch.randn(1, 2, 2, 8)], dim=2)[:, :, order] for c in cache]
+    def shuffled(cache, dim):  # keys (B, H, Dh, P): slots on dim 3; values (B, H, P, Dh): dim 2
+        return [torch.cat([c, torch.randn(c.transpose(2, dim).shape).transpose(2, dim)], dim=dim).index_select(
+            dim, torch.tensor(order)) for c in cache]
     mask = torch.tensor([[False, True, False, True]])
-    shifted = model.decode_step(tgt[:, 2:], torch.tensor([[2]]), mask, src_mask, ck, cv, shuffled(first.new_k),
-                                shuffled(first.new_v))
+    shifted = model.decode_step(tgt[:, 2:], torch.tensor([[2]]), mask, src_mask, ck, cv, shuffled(first.new_k, 3),
+                                shuffled(first.new_v, 2))
     assert torch.allclose(model.project(alone.hidden), model.project(shifted.hidden), atol=1e-5)
 
 
-def test_attention_over_a_cache_equals_attention_over_concatenated_keys():
+@pytest.mark.parametrize("t", [2, 1])  # 1: a decoding step, whose own score is an elementwise product
+def test_attention_over_a_cache_equals_attention_over_concatenated_keys(t):
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 2, 8, generator=g) for _ in range(3))  # (B, H, T, Dh)
+    q, k, v = (torch.randn(2, 3, t, 8, generator=g) for _ in range(3))  # (B, H, T, Dh)
     pk, pv = (torch.randn(2, 3, 5, 8, generator=g) for _ in range(2))  # (B, H, P, Dh)
     past_mask = torch.tensor([[True, True, False, True, True], [False, False, True, True, True]])[:, None, None]
-    causal = torch.ones(2, 2, dtype=torch.bool).tril()[None, None]
-    out, weights = scaled_dot_product_attention(q, k, v, causal, cache=(pk, pv, past_mask))
-    mask = torch.cat([past_mask.expand(2, 1, 2, 5), causal.expand(2, 1, 2, 2)], dim=-1)
-    ref_out, ref_weights = scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2), mask)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+    kt, pkt = k.transpose(2, 3), pk.transpose(2, 3)  # keys are passed transposed
+    out, weights = scaled_dot_product_attention(q, kt, v, causal, cache=(pkt, pv, past_mask))
+    mask = torch.cat([past_mask.expand(2, 1, t, 5), causal.expand(2, 1, t, t)], dim=-1)
+    ref_out, ref_weights = scaled_dot_product_attention(q, torch.cat([pkt, kt], 3), torch.cat([pv, v], 2), mask)
     assert torch.allclose(out, ref_out, atol=1e-6)
     assert torch.allclose(weights, ref_weights, atol=1e-6)
     assert weights[1, :, :, :2].abs().max() == 0  # masked cache slots get no weight

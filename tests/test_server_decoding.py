@@ -110,7 +110,9 @@ def test_source_width_narrows_when_the_longest_source_leaves(setup):
     while long in batch.jobs:
         batch.remove({j.id for j in batch.step()})
     assert batch.src_mask.shape[1] == max(len(j.src) for j in short) < wide
-    assert all(c.shape[2] == batch.src_mask.shape[1] and c.flags.c_contiguous for c in batch.cross_k)
+    width = batch.src_mask.shape[1]
+    assert all(c.shape[3] == width and c.flags.c_contiguous for c in batch.cross_k)  # (rows, H, Dh, S)
+    assert all(c.shape[2] == batch.src_mask.shape[1] and c.flags.c_contiguous for c in batch.cross_v)
     while batch.jobs:
         batch.remove({j.id for j in batch.step()})
     assert [[h.tokens for h in j.result] for j in short] == [[h.tokens for h in a] for a in alone]
@@ -156,7 +158,7 @@ def test_newcomers_are_encoded_in_length_groups(setup):
     assert [[len(j.src) for j in g] for g in length_groups(jobs)] == [[10] * 5 + [12], [40] * 3]
     encoded = encode_jobs(rt, jobs)
     assert [e.src_mask.shape for e in encoded] == [(6, 12), (3, 40)]
-    assert [c.shape for c in encoded[0].cross_k] == [(6, 4, 12, 16)] * 2
+    assert [c.shape for c in encoded[0].cross_k] == [(6, 4, 16, 12)] * 2  # keys (B, H, Dh, S)
     # 10..15 pad by 15 tokens in one run (within the 16 allowed); a 16 would pad by 21.
     assert [[len(j.src) for j in g] for g in length_groups([of_length(n) for n in range(16, 9, -1)])] == [
         [10, 11, 12, 13, 14, 15], [16]]

@@ -72,7 +72,7 @@ class _Decoder:
             positions = torch.full((b, 1), t - 1, dtype=torch.long, device=tokens.device)
             out = m.decode_step(tokens[:, None], positions, self.past_mask, self.src_mask,
                                 self.cross_k, self.cross_v, self.past_k, self.past_v)
-            self.past_k = [torch.cat([p, n], dim=2) for p, n in zip(self.past_k, out.new_k)]
+            self.past_k = [torch.cat([p, n], dim=-1) for p, n in zip(self.past_k, out.new_k)]  # keys (B, H, Dh, P)
             self.past_v = [torch.cat([p, n], dim=2) for p, n in zip(self.past_v, out.new_v)]
             self.past_mask = torch.ones(b, t, dtype=torch.bool, device=tokens.device)
         else:

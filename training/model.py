@@ -16,6 +16,8 @@ logits as the full decoder" is a property of the code, and a test checks it. The
 read-only inside a step (attention over it and over the new tokens is joined at the
 scores, not by concatenating keys), and keys and values are kept per layer, so a decoder
 that owns its cache as a preallocated buffer appends one column per step in place.
+Stored keys (cache, cross-attention) are transposed, (B, H, Dh, positions): see
+``MultiHeadAttention.project_kv``.
 """
 
 from __future__ import annotations
@@ -34,33 +36,40 @@ MASK_VALUE = -1.0e4  # finite in fp16 (max 65504); exp(-1e4) underflows to exact
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Module | None = None,
+    q: Tensor, k_t: Tensor, v: Tensor, mask: Tensor | None, dropout: nn.Module | None = None,
     cache: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V.
 
-    q: (B, H, T, Dh), k/v: (B, H, S, Dh), mask: bool broadcastable to (B, H, T, S).
-    ``cache``: optional past keys/values (B, H, P, Dh) and their mask (B, 1, 1, P), attended
-    together with k/v. The result equals attention over the concatenated keys and values,
-    but the cache is only read: the scores of both parts are joined (small, (B, H, T, P+S)),
-    and the two weighted sums added. Concatenating instead would copy the whole cache at
-    every decoding step.
+    q: (B, H, T, Dh); keys come transposed, k_t: (B, H, Dh, S) (see ``project_kv``);
+    v: (B, H, S, Dh); mask: bool broadcastable to (B, H, T, S).
+    ``cache``: optional past keys (B, H, Dh, P), values (B, H, P, Dh) and their mask
+    (B, 1, 1, P), attended together with k_t/v. The result equals attention over the
+    concatenated keys and values, but the cache is only read: the scores of both parts are
+    joined (small, (B, H, T, P+S)), and the two weighted sums added. Concatenating instead
+    would copy the whole cache at every decoding step.
     Returns the output (B, H, T, Dh) and the attention weights (B, H, T, P+S).
     """
-    d_k = math.sqrt(q.size(-1))
-    scores = torch.matmul(q, k.transpose(-2, -1)) / d_k  # (B, H, T, S)
+    q = q / math.sqrt(q.size(-1))  # the same as scaling the scores, on T x Dh values instead of T x S
+    # One new token (a decoding step): its score against its own key is a dot product, and
+    # its share of the output a scaled copy of its value. Written as elementwise products
+    # because runtimes multiply batched matrices one (row, head) at a time, and 1 x 1
+    # products would cost as much as the scores over the whole cache.
+    one_new = cache is not None and k_t.size(-1) == 1
+    scores = (q * k_t.transpose(-2, -1)).sum(-1, keepdim=True) if one_new else torch.matmul(q, k_t)  # (B, H, T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, MASK_VALUE)
     if cache is not None:
-        past_k, _, past_mask = cache
-        past_scores = (torch.matmul(q, past_k.transpose(-2, -1)) / d_k).masked_fill(~past_mask, MASK_VALUE)
+        past_kt, _, past_mask = cache
+        past_scores = torch.matmul(q, past_kt).masked_fill(~past_mask, MASK_VALUE)
         scores = torch.cat([past_scores, scores], dim=-1)  # (B, H, T, P+S)
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     attended = weights if dropout is None else dropout(weights)
     if cache is None:
         return torch.matmul(attended, v), weights
-    past_v, p = cache[1], cache[0].size(2)
-    return torch.matmul(attended[..., :p], past_v) + torch.matmul(attended[..., p:], v), weights
+    past_v, p = cache[1], cache[0].size(-1)
+    own = attended[..., p:] * v if one_new else torch.matmul(attended[..., p:], v)
+    return torch.matmul(attended[..., :p], past_v) + own, weights
 
 
 class MultiHeadAttention(nn.Module):
@@ -83,13 +92,20 @@ class MultiHeadAttention(nn.Module):
         return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of a memory, (B, H, S, Dh) each."""
-        return self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
+        """Keys and values of a memory: keys transposed, (B, H, Dh, S), values (B, H, S, Dh).
 
-    def forward(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+        Keys are kept transposed wherever they are stored (cross-attention keys, the cache),
+        so a decoding step's scores are a plain matrix product q @ k_t: onnxruntime then
+        multiplies one query row by each (row, head)'s keys with its matrix-vector kernel,
+        about twice as fast as with a transposed operand, which it repacks first (43 vs
+        92 us per layer at 32 rows and 32 cached positions; ``python -m bench.attention_layout``).
+        """
+        return self.split_heads(self.w_k(x)).transpose(-2, -1), self.split_heads(self.w_v(x))
+
+    def forward(self, x: Tensor, k_t: Tensor, v: Tensor, mask: Tensor | None,
                 cache: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
-        out, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, cache)
+        out, weights = scaled_dot_product_attention(q, k_t, v, mask, self.dropout, cache)
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_head)  # (B, T, D)
         return self.w_o(out), weights
@@ -156,8 +172,8 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         h = self.sublayer[0].before(x)
-        k, v = self.self_attn.project_kv(h)
-        x = self.sublayer[0].after(x, self.self_attn(h, k, v, mask)[0])
+        k_t, v = self.self_attn.project_kv(h)
+        x = self.sublayer[0].after(x, self.self_attn(h, k_t, v, mask)[0])
         h = self.sublayer[1].before(x)
         return self.sublayer[1].after(x, self.feed_forward(h))
 
@@ -174,15 +190,15 @@ class DecoderLayer(nn.Module):
         self,
         x: Tensor,  # (B, T, D)
         causal_mask: Tensor,  # (1, 1, T, T) new token i sees new tokens j <= i
-        past_k: Tensor,  # (B, H, P, Dh)
-        past_v: Tensor,
+        past_k: Tensor,  # (B, H, Dh, P) keys transposed
+        past_v: Tensor,  # (B, H, P, Dh)
         past_mask: Tensor,  # (B, 1, 1, P)
-        cross_k: Tensor,  # (B, H, S, Dh)
+        cross_k: Tensor,  # (B, H, Dh, S)
         cross_v: Tensor,
         src_mask: Tensor,  # (B, 1, 1, S)
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Returns the new states (B, T, D), the new tokens' keys and values (B, H, T, Dh)
-        (the caller appends them to its cache) and the cross-attention weights."""
+        """Returns the new states (B, T, D), the new tokens' keys (B, H, Dh, T) and values
+        (B, H, T, Dh) (the caller appends them to its cache) and the cross-attention weights."""
         h = self.sublayer[0].before(x)
         new_k, new_v = self.self_attn.project_kv(h)
         attended = self.self_attn(h, new_k, new_v, causal_mask, cache=(past_k, past_v, past_mask))[0]
@@ -197,8 +213,8 @@ class DecoderLayer(nn.Module):
 
 class DecoderOutput(NamedTuple):
     hidden: Tensor  # (B, T, D) final decoder states of the new tokens
-    new_k: tuple[Tensor, ...]  # per layer (B, H, T, Dh): the new tokens' keys, to append to the cache
-    new_v: tuple[Tensor, ...]
+    new_k: tuple[Tensor, ...]  # per layer (B, H, Dh, T): the new tokens' keys, to append to the cache
+    new_v: tuple[Tensor, ...]  # per layer (B, H, T, Dh)
     cross_attention: Tensor  # (B, T, S) last layer's cross-attention, mean over heads
 
 
@@ -254,17 +270,18 @@ class Transformer(nn.Module):
         return self.encoder_norm(x)
 
     def cross_kv(self, memory: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-        """Every decoder layer's cross-attention keys and values: per layer (B, H, S, Dh)."""
+        """Every decoder layer's cross-attention keys (B, H, Dh, S) and values (B, H, S, Dh)."""
         ks, vs = zip(*(layer.cross_attn.project_kv(memory) for layer in self.decoder_layers))
         return list(ks), list(vs)
 
     # ---------------------------------------------------------------- decoder
     def empty_cache(self, batch: int, device: torch.device | str = "cpu",
                     dtype: torch.dtype = torch.float32) -> tuple[list[Tensor], list[Tensor], Tensor]:
-        """Past keys and values with P = 0 (per layer (B, H, 0, Dh)), and the empty past mask."""
-        empty = torch.zeros(batch, self.n_heads, 0, self.d_head, device=device, dtype=dtype)
+        """Past keys (B, H, Dh, 0) and values (B, H, 0, Dh) per layer, and the empty past mask."""
+        keys = torch.zeros(batch, self.n_heads, self.d_head, 0, device=device, dtype=dtype)
+        values = keys.transpose(-2, -1)
         layers = range(self.cfg.n_decoder_layers)
-        return [empty for _ in layers], [empty for _ in layers], torch.zeros(batch, 0, dtype=torch.bool, device=device)
+        return [keys for _ in layers], [values for _ in layers], torch.zeros(batch, 0, dtype=torch.bool, device=device)
 
     def decode_step(
         self,
@@ -272,10 +289,10 @@ class Transformer(nn.Module):
         positions: Tensor,  # (B, T) their positions in the target
         past_mask: Tensor,  # (B, P) True where a cached position is real
         src_mask: Tensor,  # (B, S)
-        cross_k: Sequence[Tensor],  # per layer (B, H, S, Dh)
-        cross_v: Sequence[Tensor],
-        past_k: Sequence[Tensor],  # per layer (B, H, P, Dh)
-        past_v: Sequence[Tensor],
+        cross_k: Sequence[Tensor],  # per layer (B, H, Dh, S), keys transposed
+        cross_v: Sequence[Tensor],  # per layer (B, H, S, Dh)
+        past_k: Sequence[Tensor],  # per layer (B, H, Dh, P)
+        past_v: Sequence[Tensor],  # per layer (B, H, P, Dh)
     ) -> DecoderOutput:
         """New tokens attend to every real cached position and to new tokens j <= i. The
         cache is read, not extended: the new keys/values come back for the caller to keep."""
