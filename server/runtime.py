@@ -16,6 +16,7 @@ import onnxruntime as ort
 
 from export import contract
 from export.package import ModelPackage
+from server.memory import keep_freed_memory
 
 log = logging.getLogger("nmt.server")
 
@@ -47,6 +48,7 @@ class Runtime:
     def __init__(self, package: ModelPackage, options: RuntimeOptions) -> None:
         if options.device not in ("auto", "cuda", "cpu"):
             raise ValueError(f"device {options.device!r} must be auto, cuda or cpu")
+        keep_freed_memory()  # decoding reallocates large arrays all the time: server/memory.py
         self.package = package
         self.device = "cpu"
         self.variant = "fp32"
