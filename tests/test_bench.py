@@ -34,3 +34,30 @@ def test_server_throughput_smoke(tiny_package, tmp_path, capsys):
     assert [r["clients"] for r in result["rows"]] == [1, 4]
     assert result["offline_sentences_per_s"] > 0 and all(r["sentences_per_s"] > 0 for r in result["rows"])
     assert "vs offline" in capsys.readouterr().out
+
+
+def test_attention_layout_forms_compute_the_same_products(capsys):
+    """Every form bench/attention_layout.py times computes the product it names, on its layout."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from bench.attention_layout import FORMS, LAYERS, graph
+    from bench.attention_layout import main as layout_main
+
+    rows, heads, d_head, positions = 3, 2, 4, 5
+    rng = np.random.default_rng(0)
+    q, w = rng.random((rows, heads, 1, d_head), np.float32), rng.random((rows, heads, 1, positions), np.float32)
+    k, v = rng.random((rows, heads, positions, d_head), np.float32), rng.random((rows, heads, positions, d_head),
+                                                                               np.float32)
+    for form, (op, attrs, keys_t) in FORMS.items():
+        weights = form.startswith("weights")
+        session = ort.InferenceSession(graph(op, attrs, rows, heads, d_head, positions, keys_t, weights),
+                                       providers=["CPUExecutionProvider"])
+        stored = v if weights else (k.swapaxes(2, 3).copy() if keys_t else k)
+        feeds = {"a": w if weights else q, **{f"m{i}": stored for i in range(LAYERS)}}
+        expected = w @ v if weights else (q @ k.swapaxes(2, 3)) * attrs.get("alpha", 1.0)
+        for got in session.run(None, feeds):
+            assert np.allclose(got, expected, atol=1e-5), form
+    assert layout_main(["--rows", "2", "--heads", "2", "--d-head", "4", "--positions", "3", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert all(form in out for form in FORMS) and "P=3" in out
