@@ -359,6 +359,7 @@ class Batch:
             best = logp.argmax(axis=1)
             best_logp = logp[np.arange(n), best]
         finished = []
+        moved_to, moved_from = [], []  # beam rows that take another row's cache
         for job in self.jobs:
             rows = self.slots[job.id]
             attn = attention[rows, : len(job.src)].astype(np.float32) if job.options.attention else None
@@ -367,13 +368,19 @@ class Batch:
                 job.advance_greedy(int(best[row]), best_logp[row], attn)
             else:
                 local = job.advance(logp[rows], attn)
-                if not np.array_equal(local, np.arange(job.k)):
-                    # Beams re-ranked: only this job's rows of the self-attention cache
-                    # move; its cross keys/values are the same in every beam row.
-                    for buf in (*self.past_k, *self.past_v, self.past_mask):
-                        buf[rows] = buf[rows[local]]
+                moved = local != np.arange(job.k)
+                if moved.any():
+                    moved_to.append(rows[moved])
+                    moved_from.append(rows[local[moved]])
             if job.done:
                 finished.append(job)
+        if moved_to:
+            # Beams re-ranked: a beam row whose parent is another row takes that row's
+            # self-attention cache (one copy per buffer for all jobs; the right side is read
+            # before anything is written). Cross keys/values are the same in every beam row.
+            to, of = np.concatenate(moved_to), np.concatenate(moved_from)
+            for buf in (*self.past_k, *self.past_v, self.past_mask):
+                buf[to] = buf[of]
         return finished
 
     def probe(self, job: Job) -> bool:
