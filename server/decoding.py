@@ -238,7 +238,8 @@ class Batch:
 
     # The cache and the cross-attention buffers are resized apart: a cache that needs more
     # slots leaves the sources' keys and values where they are (copying them too made a
-    # batch's first growth, 32 rows x 16 -> 32 slots, 5-9 ms instead of ~1-2).
+    # batch's first growth, 32 rows x 16 -> 32 slots, 5-9 ms instead of about 3; about 0.7
+    # once freed memory is reused, server/memory.py).
     def _resize_cache(self, rows: int, slots: int, keep: np.ndarray | None = None) -> None:
         """New cache buffers of ``rows`` x ``slots``, the live rows copied over (their slots
         ``keep`` only, moved to the front, when given)."""
