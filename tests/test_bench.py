@@ -61,3 +61,19 @@ def test_attention_layout_forms_compute_the_same_products(capsys):
     assert layout_main(["--rows", "2", "--heads", "2", "--d-head", "4", "--positions", "3", "--repeats", "2"]) == 0
     out = capsys.readouterr().out
     assert all(form in out for form in FORMS) and "P=3" in out
+
+
+def test_profile_decode_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
+    """bench/profile_decode.py on the tiny model: every timed part, CT2, step costs, operators."""
+    from bench.profile_decode import main as profile_main
+
+    sources = tmp_path / "sources.txt"
+    sources.write_text("Jesus wept.\nIn the beginning was the Word.\nHe said,\nPeace be with you.\n")
+    assert profile_main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--file", str(sources),
+                         "--pair", "en-de", "--sentences", "4", "--batch-size", "2", "--beam-size", "2",
+                         "--variant", "int8", "--ort-ops"]) == 0
+    out = capsys.readouterr().out
+    for part in ("decoder.run", "encoder.run", "other python", "Job.advance", "Batch.add", "Batch.remove",
+                 "Batch._free_slot", "ctranslate2 int8 total", "one decoder step, 4 rows",
+                 "onnxruntime operators, one decoder step (4 rows"):
+        assert part in out, part
