@@ -93,9 +93,9 @@ def step_feeds(dims: Any, rows: int, past: int, src: int) -> dict[str, np.ndarra
              contract.PAST_MASK: np.ones((rows, past), dtype=bool), contract.SRC_MASK: np.ones((rows, src), dtype=bool)}
     for name, length in ((contract.CROSS_K, src), (contract.CROSS_V, src), (contract.PAST_K, past),
                          (contract.PAST_V, past)):
-        shape = (dims.d_head, length) if name in (contract.CROSS_K, contract.PAST_K) else (length, dims.d_head)
+        shape = contract.kv_shape(name, rows, dims.n_heads, dims.d_head, length)
         for layer_name in contract.per_layer(name, n):
-            feeds[layer_name] = np.full((rows, dims.n_heads, *shape), 0.01, dtype=np.float32)
+            feeds[layer_name] = np.full(shape, 0.01, dtype=np.float32)
     return feeds
 
 

@@ -46,6 +46,14 @@ PAST_K, PAST_V = "past_k", "past_v"
 LOG_PROBS, NEW_K, NEW_V, CROSS_ATTENTION = "log_probs", "new_k", "new_v", "cross_attention"
 
 
+def kv_shape(name: str, rows: int, n_heads: int, d_head: int, length: int) -> tuple[int, int, int, int]:
+    """The shape of one layer's key or value tensor (``name``: cross_k, past_v, new_k, ...)
+    over ``length`` positions: keys [B,H,Dh,length], values [B,H,length,Dh]."""
+    if name in (CROSS_K, PAST_K, NEW_K):
+        return rows, n_heads, d_head, length
+    return rows, n_heads, length, d_head
+
+
 def per_layer(name: str, n_layers: int) -> tuple[str, ...]:
     """cross_k -> (cross_k_0, cross_k_1, ...)."""
     return tuple(f"{name}_{i}" for i in range(n_layers))

@@ -96,9 +96,8 @@ def example_inputs(model: Transformer, b: int, s: int, p: int, seed: int = 0) ->
         contract.SRC_MASK: src_mask,
     }
     for name, length in ((contract.CROSS_K, s), (contract.CROSS_V, s), (contract.PAST_K, p), (contract.PAST_V, p)):
-        keys = name in (contract.CROSS_K, contract.PAST_K)  # stored transposed, (B, H, Dh, length)
         for layer_name in contract.per_layer(name, layers):
-            inputs[layer_name] = torch.randn(b, heads, *((d_head, length) if keys else (length, d_head)), generator=g)
+            inputs[layer_name] = torch.randn(contract.kv_shape(name, b, heads, d_head, length), generator=g)
     return inputs
 
 

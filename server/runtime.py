@@ -115,5 +115,5 @@ class Runtime:
 
     def cache(self, rows: int, length: int, keys: bool = False) -> np.ndarray:
         """A zeroed buffer of one layer: values (rows, H, length, Dh), keys transposed (rows, H, Dh, length)."""
-        shape = (rows, self.n_heads, self.d_head, length) if keys else (rows, self.n_heads, length, self.d_head)
+        shape = contract.kv_shape(contract.PAST_K if keys else contract.PAST_V, rows, self.n_heads, self.d_head, length)
         return np.zeros(shape, dtype=self.float_type)
