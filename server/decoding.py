@@ -267,10 +267,11 @@ class Batch:
         needed = self.n + sum(j.k for g in groups for j in g.jobs)
         widest = max(g.src_mask.shape[1] for g in groups)
         capacity, slots, width = self.capacity
-        if needed > capacity:
+        grow = needed > capacity
+        if grow:
             capacity = max(needed, 2 * capacity, self.ROW_CHUNK)
             self._resize_cache(capacity, slots)
-        if needed > self.src_mask.shape[0] or widest > width:
+        if grow or widest > width:
             self._resize_cross(capacity, max(width, widest))
         for jobs, cross_k, cross_v, src_mask in groups:
             s, n = src_mask.shape[1], self.n
@@ -349,8 +350,10 @@ class Batch:
         log_probs, new_k, new_v, attention = self.rt.step(
             input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n] for c in self.cross_k],
             [c[:n] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v])
-        for buf, new in zip(self._cache_columns(), by_position(new_k, new_v)):  # (rows, H, slots, Dh)
-            buf[:n, :, slot] = new[:, :, -1]
+        for buf, new in zip(self.past_k, new_k):  # (rows, H, Dh, slots) <- (n, H, Dh, 1)
+            buf[:n, :, :, slot] = new[:, :, :, 0]
+        for buf, new in zip(self.past_v, new_v):  # (rows, H, slots, Dh) <- (n, H, 1, Dh)
+            buf[:n, :, slot] = new[:, :, 0]
         self.past_mask[:n, slot] = True
         logp = log_probs.astype(np.float32, copy=False)
         early = [self.slots[j.id] for j in self.jobs if j.step < j.options.min_len]
