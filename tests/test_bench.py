@@ -77,3 +77,40 @@ def test_profile_decode_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
                  "Batch._free_slot", "ctranslate2 int8 total", "one decoder step, 4 rows",
                  "onnxruntime operators, one decoder step (4 rows"):
         assert part in out, part
+
+
+def test_memory_bound_chain_and_weight_bytes(tiny_package, tmp_path, capsys):
+    """bench/memory_bound.py: its chain computes the products it times, a table only looked up
+    by Gather is not counted as streamed, and a run over the tiny package prints both variants."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from bench.memory_bound import chain_graph, streamed_weight_bytes
+    from bench.memory_bound import main as memory_main
+
+    model_bytes = chain_graph(pairs=2, d_model=4, d_ff=6)
+    weights = {i.name: numpy_helper.to_array(i) for i in onnx.load_from_string(model_bytes).graph.initializer}
+    x = np.random.default_rng(0).random((3, 4), np.float32)
+    expected = x
+    for i in range(2):
+        expected = expected @ weights[f"up{i}"] @ weights[f"down{i}"]
+    got = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.allclose(got, expected, rtol=1e-5)
+
+    table, w = np.zeros((10, 4), np.float32), np.zeros((4, 3), np.float32)  # 160 bytes looked up, 48 streamed
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"]), helper.make_node("MatMul", ["e", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(table, "table"), numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph), str(tmp_path / "g.onnx"))
+    assert streamed_weight_bytes(tmp_path / "g.onnx") == 48
+
+    assert memory_main(["--package", str(tiny_package), "--rows", "2", "--d-ff", "8", "--sizes", "0.01,0.02",
+                        "--seconds", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "fp32 products of 2 rows" in out and "decoder step of" in out
+    step_rows = out.split("decoder step of")[1].splitlines()[2:]
+    assert [row.split()[0] for row in step_rows] == ["fp32", "int8"] and all(len(r.split()) == 5 for r in step_rows)
