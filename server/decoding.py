@@ -56,6 +56,31 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+# best_candidates: one candidate in this many is sampled to bound the selection from below.
+SAMPLE_STRIDE = 16
+
+
+def best_candidates(cand: np.ndarray, m: int) -> np.ndarray:
+    """Flat indices of the ``m`` best of ``cand``, best first; ties go to the lower index,
+    as a stable sort would.
+
+    The m-th best of any subset is at most the m-th best of all, so every candidate at
+    least as good as the m-th best of a strided sample is kept, and only those few (about
+    ``SAMPLE_STRIDE`` x m) are ranked. With 4 beams over an 8,000-word vocabulary that is
+    ~30 us per job instead of ~75 for a partition of all 32,000 (one-off timing on
+    captured beam steps).
+    """
+    top = np.arange(cand.size)
+    if cand.size > SAMPLE_STRIDE * m:
+        sample = cand[::SAMPLE_STRIDE]
+        floor = np.partition(sample, sample.size - m)[sample.size - m]
+        top = np.flatnonzero(cand >= floor)
+    if top.size > m:  # keep every candidate tied with the m-th best: the sort breaks the ties
+        values = cand[top]
+        top = top[values >= np.partition(values, values.size - m)[values.size - m]]
+    return top[np.lexsort((top, -cand[top]))][:m]
+
+
 _ids = itertools.count()
 
 
@@ -117,8 +142,7 @@ class Job:
         k, vocab = logp.shape
         alpha = self.options.alpha
         cand = (self.scores[:, None] + logp).reshape(-1)
-        top = np.argpartition(-cand, 2 * k)[: 2 * k] if cand.size > 2 * k else np.arange(cand.size)
-        top = top[np.lexsort((top, -cand[top]))]  # best first; ties by index, as a stable sort would
+        top = best_candidates(cand, 2 * k)
         rows, tokens, scores = [], [], []
         for flat in top:
             score = float(cand[flat])

@@ -7,7 +7,16 @@ import pytest
 import torch
 
 from export.package import ModelPackage
-from server.decoding import Batch, DecodeOptions, Job, decode_all, encode_jobs, length_groups
+from server.decoding import (
+    SAMPLE_STRIDE,
+    Batch,
+    DecodeOptions,
+    Job,
+    best_candidates,
+    decode_all,
+    encode_jobs,
+    length_groups,
+)
 from server.runtime import Runtime, RuntimeOptions
 from tests.server_harness import TEXTS
 from training import checkpoint as ckpt_io
@@ -29,6 +38,21 @@ def job(tok, text: str, max_len: int = 0, **opts) -> Job:
 def reference_greedy(model, tok, text):
     src = torch.tensor([tok.encode_source(text, "de")])
     return greedy_search(model, src)[0]
+
+
+def test_best_candidates_equal_a_stable_sort():
+    """Beam search's selection: the m best, best first, ties to the lower index, on peaked and
+    flat rows, with ties at the boundary, dead (-inf) beams, and sizes around the sampling edge."""
+    rng = np.random.default_rng(0)
+    cases = [np.log(rng.dirichlet(np.full(n, a), size=k)).astype(np.float32).reshape(-1)
+             for n, a, k in ((8000, 0.1, 4), (8000, 5.0, 4), (500, 1.0, 2), (30, 1.0, 1))]
+    tied = np.round(rng.standard_normal(4000), 1).astype(np.float32)  # many exact ties
+    dead = np.concatenate([cases[0][:8000], np.full(3 * 8000, -np.inf, dtype=np.float32)])  # step 0 of a beam
+    small = np.array([0.5, -1.0, 0.5, 2.0, -np.inf], dtype=np.float32)
+    for cand in [*cases, tied, dead, small]:
+        for m in (1, 2, 8, SAMPLE_STRIDE * 8 // 2):
+            expected = np.argsort(-cand, kind="stable")[:m]
+            assert best_candidates(cand, m).tolist() == expected.tolist(), (cand.size, m)
 
 
 def test_greedy_alone_equals_reference(setup):
