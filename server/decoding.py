@@ -9,10 +9,10 @@ and leave when finished, cancelled or expired. The cache is a preallocated buffe
 step graph only reads; the loop writes each step's new keys and values into it in place.
 
 Beams of one job share their source's cross-attention keys/values: those are laid out
-once per row when the job joins, and only the self-attention cache is reordered when
-beams are re-ranked. The search itself mirrors ``training/decode.py`` step for step (the
-reference the tests hold it to), so a text decoded in any batch gives the tokens it
-gets alone.
+once per row when the job joins. When beams are re-ranked, each new beam moves into its
+parent's row; only a parent's second child copies its self-attention cache. The search
+itself mirrors ``training/decode.py`` step for step (the reference the tests hold it
+to), so a text decoded in any batch gives the tokens it gets alone.
 """
 
 from __future__ import annotations
@@ -70,11 +70,12 @@ def best_candidates(cand: np.ndarray, m: int) -> np.ndarray:
     ~30 us per job instead of ~75 for a partition of all 32,000 (one-off timing on
     captured beam steps).
     """
-    top = np.arange(cand.size)
     if cand.size > SAMPLE_STRIDE * m:
         sample = cand[::SAMPLE_STRIDE]
         floor = np.partition(sample, sample.size - m)[sample.size - m]
         top = np.flatnonzero(cand >= floor)
+    else:
+        top = np.arange(cand.size)
     if top.size > m:  # keep every candidate tied with the m-th best: the sort breaks the ties
         values = cand[top]
         top = top[values >= np.partition(values, values.size - m)[values.size - m]]
@@ -113,8 +114,8 @@ class Job:
         return self.options.beam_size
 
     def advance(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
-        """Beam search's step: consume this step's log-probabilities (k, V) and return the
-        beam rows to keep, in their new order."""
+        """Beam search's step: consume this step's log-probabilities (k, V) and return each
+        new beam's parent (the index of the beam it extends; dead beams: 0)."""
         perm = self._beam(logp, attention)
         self._next_step()
         return perm
@@ -194,6 +195,35 @@ class Job:
         self.done = True
         ranked = sorted(hyps, key=lambda h: h.score, reverse=True) if self.k > 1 else hyps
         self.result = ranked[: self.options.n_best]
+
+
+def beam_rows(rows: np.ndarray, parents: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, list[int], list[int]]:
+    """Batch rows for a job's re-ranked beams, given the rows of its beams (beam order), each
+    new beam's parent beam and which new beams are live.
+
+    The cache of a row is what its beam has seen, so a beam may simply move into its
+    parent's row: the first live beam to claim a parent takes that row as it is. Only a
+    second child of one parent needs a copy, into a row no beam claimed; dead beams take
+    what is left, uncopied (their scores are -inf, nothing reads their output). Returns the
+    new rows (new beam order) and the copies to make, destination and source rows.
+    """
+    k = len(rows)
+    new = [-1] * k
+    claimed = [False] * k
+    for i in range(k):
+        p = int(parents[i])
+        if live[i] and not claimed[p]:
+            claimed[p] = True
+            new[i] = int(rows[p])
+    spare = [int(rows[j]) for j in range(k) if not claimed[j]]
+    to, of = [], []
+    for i in range(k):
+        if new[i] < 0:
+            new[i] = spare.pop(0)
+            if live[i]:
+                to.append(new[i])
+                of.append(int(rows[int(parents[i])]))
+    return np.array(new), to, of
 
 
 def by_position(keys: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -387,7 +417,8 @@ class Batch:
             best = logp.argmax(axis=1)
             best_logp = logp[np.arange(n), best]
         finished = []
-        moved_to, moved_from = [], []  # beam rows that take another row's cache
+        copy_to: list[int] = []  # beam rows that take another row's cache
+        copy_from: list[int] = []
         for job in self.jobs:
             rows = self.slots[job.id]
             attn = attention[rows, : len(job.src)].astype(np.float32) if job.options.attention else None
@@ -395,18 +426,19 @@ class Batch:
                 row = rows[0]
                 job.advance_greedy(int(best[row]), best_logp[row], attn)
             else:
-                local = job.advance(logp[rows], attn)
-                moved = local != np.arange(job.k)
-                if moved.any():
-                    moved_to.append(rows[moved])
-                    moved_from.append(rows[local[moved]])
+                parents = job.advance(logp[rows], attn)
+                if (parents != np.arange(job.k)).any():
+                    self.slots[job.id], to, of = beam_rows(rows, parents, job.scores > NEG_INF)
+                    copy_to += to
+                    copy_from += of
             if job.done:
                 finished.append(job)
-        if moved_to:
-            # Beams re-ranked: a beam row whose parent is another row takes that row's
-            # self-attention cache (one copy per buffer for all jobs; the right side is read
-            # before anything is written). Cross keys/values are the same in every beam row.
-            to, of = np.concatenate(moved_to), np.concatenate(moved_from)
+        if copy_to:
+            # Beams re-ranked: a parent's second child takes a copy of its self-attention
+            # cache (one copy per buffer for all jobs; sources are rows kept as they are, so
+            # nothing is overwritten before it is read). Cross keys/values are the same in
+            # every beam row of a job.
+            to, of = np.array(copy_to), np.array(copy_from)
             for buf in (*self.past_k, *self.past_v, self.past_mask):
                 buf[to] = buf[of]
         return finished

@@ -12,6 +12,7 @@ from server.decoding import (
     Batch,
     DecodeOptions,
     Job,
+    beam_rows,
     best_candidates,
     decode_all,
     encode_jobs,
@@ -53,6 +54,19 @@ def test_best_candidates_equal_a_stable_sort():
         for m in (1, 2, 8, SAMPLE_STRIDE * 8 // 2):
             expected = np.argsort(-cand, kind="stable")[:m]
             assert best_candidates(cand, m).tolist() == expected.tolist(), (cand.size, m)
+
+
+def test_beam_rows_move_beams_into_their_parents_rows():
+    """Re-ranked beams take their parents' rows; only a second child is copied, into a row no
+    beam claimed; dead beams take what is left, uncopied."""
+    rows = np.array([10, 11, 12, 13])
+    # beam 0 extends old beam 1, beams 1 and 2 both extend old beam 0, beam 3 old beam 2; old beam 3 has no child
+    new, to, of = beam_rows(rows, np.array([1, 0, 0, 2]), np.array([True, True, True, True]))
+    assert new.tolist() == [11, 10, 13, 12] and (to, of) == ([13], [10])
+    new, to, of = beam_rows(rows, np.array([2, 2, 0, 0]), np.array([True, True, False, False]))
+    assert new.tolist() == [12, 10, 11, 13] and (to, of) == ([10], [12])
+    new, to, of = beam_rows(rows, np.array([0, 1, 2, 3]), np.ones(4, dtype=bool))
+    assert new.tolist() == [10, 11, 12, 13] and (to, of) == ([], [])
 
 
 def test_greedy_alone_equals_reference(setup):
