@@ -116,9 +116,9 @@ class Job:
     def advance(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
         """Beam search's step: consume this step's log-probabilities (k, V) and return each
         new beam's parent (the index of the beam it extends; dead beams: 0)."""
-        perm = self._beam(logp, attention)
+        parents = self._beam(logp, attention)
         self._next_step()
-        return perm
+        return parents
 
     def advance_greedy(self, token: int, logp: np.float32, attention: np.ndarray | None) -> None:
         """Greedy search's step, given the row's best token and its log-probability (the
@@ -427,10 +427,9 @@ class Batch:
                 job.advance_greedy(int(best[row]), best_logp[row], attn)
             else:
                 parents = job.advance(logp[rows], attn)
-                if (parents != np.arange(job.k)).any():
-                    self.slots[job.id], to, of = beam_rows(rows, parents, job.scores > NEG_INF)
-                    copy_to += to
-                    copy_from += of
+                self.slots[job.id], to, of = beam_rows(rows, parents, job.scores > NEG_INF)
+                copy_to += to
+                copy_from += of
             if job.done:
                 finished.append(job)
         if copy_to:
