@@ -13,7 +13,7 @@ import torch
 
 from training import checkpoint as ckpt_io
 from training.config import MODEL_PRESETS, DataConfig, RunConfig, TrainConfig, replace
-from training.train import label_smoothed_loss, noam_lr, train
+from training.train import EXIT_CHUNK_DONE, label_smoothed_loss, noam_lr, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +57,18 @@ def test_resume_continues_the_same_run(tmp_path, toy_corpus):
         assert torch.equal(a["model"][k], b["model"][k]), k
     assert a["history"][-1]["loss"] == b["history"][-1]["loss"]  # the same last logging window (steps 7-8)
     assert a["stream"] == b["stream"]
+
+
+def test_a_chunk_bound_pauses_the_run_and_the_same_call_finishes_it(tmp_path, toy_corpus):
+    straight = train(tiny_run(toy_corpus, max_steps=6), tmp_path / "a")
+    paused = train(tiny_run(toy_corpus, max_steps=6), tmp_path / "b", chunk_minutes=1e-9)
+    assert not paused.finished and paused.step < 6
+    assert not (tmp_path / "b" / "average.pt").exists()  # an unfinished run is not averaged
+    resumed = train(tiny_run(toy_corpus, max_steps=6), tmp_path / "b", chunk_minutes=60)
+    assert resumed.finished and resumed.step == straight.step == 6
+    a = ckpt_io.load(ckpt_io.list_checkpoints(tmp_path / "a")[-1])
+    b = ckpt_io.load(ckpt_io.list_checkpoints(tmp_path / "b")[-1])
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
 def test_checkpoints_are_self_describing_and_averaged(tmp_path, toy_corpus):
@@ -117,6 +129,12 @@ def test_nmt_train_command_line_end_to_end(tmp_path, toy_corpus):
     assert "step       2 | loss" in r.stdout and "dev BLEU" in r.stdout
     assert "done: step 4" in r.stdout
     assert (out / "checkpoints" / "step_00000004.pt").is_file()
+    assert "grad norm" in r.stdout and "grad_norm" in json.loads((out / "history.json").read_text())[0]
+    paused = subprocess.run([*cmd[:cmd.index("--max-steps") + 1], "8", *cmd[cmd.index("--max-steps") + 2:],
+                             "--chunk-minutes", "1e-9"], capture_output=True, text=True, env=_env(), cwd=ROOT,
+                            timeout=120)
+    assert paused.returncode == EXIT_CHUNK_DONE == 75, paused.stderr
+    assert "paused: step 4" in paused.stdout and "the same command continues it" in paused.stdout
     evaluate = _console_script("nmt-evaluate", "training.evaluate")
     ev = subprocess.run([*evaluate, str(out), "--split", "dev", "--beam", "2"], capture_output=True, text=True,
                         env=_env(), cwd=ROOT, timeout=120)

@@ -149,6 +149,7 @@ class State:
     step: int = 0
     elapsed: float = 0.0  # seconds of training, summed over resumed runs
     history: list[dict[str, Any]] = field(default_factory=list)
+    finished: bool = True  # False when a chunk bound stopped the call before the run's end
 
 
 class Logger:
@@ -189,8 +190,17 @@ def prepare(cfg: RunConfig, out: Path, d: Dist) -> Tokenizer:
     return Tokenizer(tok_path)
 
 
-def train(cfg: RunConfig, out: str | Path, restart: bool = False) -> State:
-    """Train (or resume) the run in ``out``; returns its final state."""
+# Exit status of ``nmt-train`` when ``--chunk-minutes`` stopped it before the run's own end
+# (sysexits' EX_TEMPFAIL): the run is saved and the same command continues it.
+EXIT_CHUNK_DONE = 75
+
+
+def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes: float = 0.0) -> State:
+    """Train (or resume) the run in ``out``; returns its final state.
+
+    ``chunk_minutes`` bounds this call alone (the run's ``max_minutes`` bounds the whole run,
+    resumes included): at the bound the run is saved and left unfinished (``State.finished``
+    False, no final evaluation or averaging), for machines that lend time in short slices."""
     out = Path(out)
     tc = cfg.train
     d = init_distributed("cuda" if tc.device == "cuda" or (tc.device == "auto" and torch.cuda.is_available())
@@ -269,13 +279,19 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False) -> State:
                 else nullcontext())
     model.train()
     started = time.monotonic() - state.elapsed
-    window_loss = window_tokens = window_src = 0.0
+    chunk_end = time.monotonic() + chunk_minutes * 60 if chunk_minutes > 0 else float("inf")
+    window_loss = window_tokens = window_src = window_grad = window_steps = 0.0
     window_start = time.monotonic()
     batches = iter(stream)
     while state.step < tc.max_steps:
         out_of_time = tc.max_minutes > 0 and time.monotonic() - started >= tc.max_minutes * 60
         if any_rank(out_of_time, d):
             logger.line(f"time bound of {tc.max_minutes} minutes reached at step {state.step}")
+            break
+        if any_rank(time.monotonic() >= chunk_end, d):
+            logger.line(f"chunk of {chunk_minutes} minutes done at step {state.step} "
+                        f"({state.elapsed / 60:.1f} of the run's minutes); the same command continues it")
+            state.finished = False
             break
         batch = next(batches).to(device)
         state.step += 1
@@ -287,23 +303,27 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False) -> State:
         loss = label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing) / batch.n_tokens
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if tc.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_norm)
+        # The norm before clipping is logged: it is how a stalling or diverging run shows itself.
+        max_norm = tc.clip_norm if tc.clip_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         optimizer.step()
         state.elapsed = time.monotonic() - started
 
         window_loss += float(loss.detach()) * batch.n_tokens
+        window_grad += float(grad_norm)
+        window_steps += 1
         window_tokens += batch.n_tokens
         window_src += int(batch.src.ne(PAD_ID).sum())
         tok_s = (window_tokens + window_src) * d.world / max(time.monotonic() - window_start, 1e-9)
         logger.update({"loss": f"{window_loss / window_tokens:.3f}", "tok/s": f"{tok_s:,.0f}", "lr": f"{lr:.2e}"})
         if state.step % tc.log_every == 0 or state.step == tc.max_steps:
             mean = window_loss / window_tokens
+            grad = window_grad / window_steps
             state.history.append({"step": state.step, "loss": round(mean, 4), "lr": lr, "tok_s": round(tok_s),
-                                  "minutes": round(state.elapsed / 60, 2)})
-            logger.line(f"step {state.step:>7} | loss {mean:.3f} | {tok_s:,.0f} tok/s | lr {lr:.2e} | "
-                        f"{state.elapsed / 60:.1f} min")
-            window_loss = window_tokens = window_src = 0.0
+                                  "grad_norm": round(grad, 4), "minutes": round(state.elapsed / 60, 2)})
+            logger.line(f"step {state.step:>7} | loss {mean:.3f} | grad norm {grad:.2f} | {tok_s:,.0f} tok/s | "
+                        f"lr {lr:.2e} | {state.elapsed / 60:.1f} min")
+            window_loss = window_tokens = window_src = window_grad = window_steps = 0.0
             window_start = time.monotonic()
         if tc.eval_every and state.step % tc.eval_every == 0 and dev:
             if d.main:
@@ -317,7 +337,7 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False) -> State:
     found = ckpt_io.list_checkpoints(out)
     if not found or found[-1].name != f"step_{state.step:08d}.pt":
         save_checkpoint()
-    if d.main:
+    if d.main and state.finished:
         if dev and (not state.history or "dev_bleu" not in state.history[-1]):
             scores = dev_bleu(model, tokenizer, dev, device)
             state.history.append({"step": state.step, "dev_bleu": scores})
@@ -394,16 +414,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                    help="override any config field, e.g. --set model.dropout=0.3 (repeatable)")
     p.add_argument("--restart", action="store_true", help="refuse to resume an existing run")
+    p.add_argument("--chunk-minutes", type=float, default=0.0,
+                   help="stop this call after this many minutes, saved, and exit with status "
+                        f"{EXIT_CHUNK_DONE} if the run is not finished: the same command continues it")
     args = p.parse_args(argv)
+    if args.chunk_minutes < 0:
+        p.error(f"--chunk-minutes must be >= 0, got {args.chunk_minutes}")
     try:
         cfg = build_config(args)
     except (ValueError, TypeError, FileNotFoundError) as e:
         p.error(str(e))
-    state = train(cfg, args.out, restart=args.restart)
+    state = train(cfg, args.out, restart=args.restart, chunk_minutes=args.chunk_minutes)
     if int(os.environ.get("RANK", "0")) == 0:
         last_eval = next((h["dev_bleu"] for h in reversed(state.history) if "dev_bleu" in h), None)
-        print(f"done: step {state.step}, {state.elapsed / 60:.1f} min, dev BLEU {last_eval}", flush=True)
-    return 0
+        verb = "done" if state.finished else "paused"
+        print(f"{verb}: step {state.step}, {state.elapsed / 60:.1f} min, dev BLEU {last_eval}", flush=True)
+    return 0 if state.finished else EXIT_CHUNK_DONE
 
 
 if __name__ == "__main__":
