@@ -22,10 +22,11 @@ say() {  # say SRC TGT TEXT: print the text and its translation (beam 4)
   echo "$2: $(.venv/bin/nmt-translate --address "$ADDR" -s "$1" -t "$2" --beam 4 -q "$3")"
 }
 say en de "In the beginning God created the heavens and the earth."
-say en de "Jesus wept."
 say de en "Und Gott sprach: Es werde Licht! und es ward Licht."
 say en fr "Blessed are the peacemakers, for they shall be called children of God."
+say fr en "Car Dieu a tant aimé le monde qu'il a donné son Fils unique."
 say en es "Love your enemies, and pray for those who persecute you."
+say es en "El Señor es mi pastor; nada me faltará."
 if [ -z "${DEMO_ONLY:-}" ]; then
   echo "serving $PACKAGE on $ADDR (Ctrl-C to stop); try: .venv/bin/nmt-translate -s en -t de \"Jesus wept.\""
   wait $server
