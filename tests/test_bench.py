@@ -114,3 +114,33 @@ def test_memory_bound_chain_and_weight_bytes(tiny_package, tmp_path, capsys):
     assert "fp32 products of 2 rows" in out and "decoder step of" in out
     step_rows = out.split("decoder step of")[1].splitlines()[2:]
     assert [row.split()[0] for row in step_rows] == ["fp32", "int8"] and all(len(r.split()) == 5 for r in step_rows)
+
+
+def test_out_of_domain_scores_every_direction_the_package_serves(tiny_package, tmp_path, capsys):
+    from bench.out_of_domain import load
+    from bench.out_of_domain import main as ood_main
+
+    texts = load()
+    assert set(texts) == {"en", "de", "fr", "es"} and all(len(v) == 30 for v in texts.values())
+    out = tmp_path / "ood.json"
+    assert ood_main(["--package", str(tiny_package), "--variant", "int8", "--beam", "2", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [r["direction"] for r in result] == ["en-de", "de-en"]  # the tiny package's pairs
+    assert all(len(r["outputs"]) == 30 and 0 <= r["chrf"] <= 100 for r in result)
+    assert result[0]["outputs"][0]["reference"] == "Der Zug nach Berlin fährt um halb neun ab."
+    assert "en-de  BLEU" in capsys.readouterr().out
+
+
+def test_norm_stability_report_measures_how_much_the_source_is_worth(tmp_path, toy_corpus, capsys):
+    from bench.norm_stability import report, source_use
+    from tests.test_train import tiny_run
+    from training.train import train
+
+    run = tmp_path / "post-ln"
+    train(tiny_run(toy_corpus, max_steps=4, eval_every=4, save_every=4), run)
+    own, other = source_use(run)
+    assert own > 0 and other > 0
+    [row] = report(tmp_path, ["post-ln"])
+    assert row["dev_bleu"].keys() == {4} and row["grad_norm_mean"] > 0
+    assert (tmp_path / "norm_stability.png").stat().st_size > 0
+    assert "the source is worth" in capsys.readouterr().out
