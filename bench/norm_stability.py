@@ -8,8 +8,10 @@ model's tokenizer, batches of 2,048 tokens, trained by ``nmt-train`` in its own 
 at a time, one thread each). The report gives, per arm: training loss and dev BLEU along the
 run, the mean gradient norm before clipping, and how much the model uses its source: the
 dev loss (per target token, no label smoothing) with each target's own source against the
-same targets with the sources of other verses. A model that has collapsed into a language
-model of the target side scores the same either way. A PNG draws the loss curves.
+same targets with the sources of other verses (a model that has collapsed into a language
+model of the target side scores the same either way), and the mean cosine similarity
+between the encoder's outputs at the positions of one sentence (1.0 when the encoder gives
+every position the same vector). A PNG draws the loss curves.
 """
 
 from __future__ import annotations
@@ -95,6 +97,29 @@ def source_use(run: Path, sentences: int = 200) -> tuple[float, float]:
     return totals["own"][0] / totals["own"][1], totals["other"][0] / totals["other"][1]
 
 
+@torch.no_grad()
+def encoder_similarity(run: Path, sentences: int = 50) -> float:
+    """Mean cosine similarity between the encoder outputs of one sentence's positions, averaged
+    over dev sentences: near 1.0 when the encoder has collapsed to one vector for every
+    position, so that nothing about the source reaches the decoder."""
+    from training import checkpoint as ckpt_io
+    from training.data import collate, encode_pairs, load_pairs
+
+    model, cfg, ckpt = ckpt_io.load_model(ckpt_io.list_checkpoints(run)[-1])
+    model.eval()
+    pairs = load_pairs(cfg.data, "dev")[:sentences]
+    batch = collate(encode_pairs(pairs, ckpt_io.load_tokenizer(ckpt), cfg.data.max_tokens_per_sentence))
+    memory = F.normalize(model.encode(batch.src), dim=-1)  # (B, S, D)
+    real = batch.src.ne(0)
+    sims = []
+    for row, mask in zip(memory, real):
+        x = row[mask]
+        n = x.size(0)
+        if n > 1:
+            sims.append(float(((x @ x.T).sum() - n) / (n * n - n)))
+    return sum(sims) / len(sims)
+
+
 def report(out: Path, names: list[str]) -> list[dict]:
     rows = []
     for name in names:
@@ -106,10 +131,12 @@ def report(out: Path, names: list[str]) -> list[dict]:
         grads = [h["grad_norm"] for h in history if "grad_norm" in h]
         bleu = {h["step"]: h["dev_bleu"] for h in history if "dev_bleu" in h}
         own, other = source_use(run)
+        similarity = encoder_similarity(run)
         rows.append({"arm": name, "what": ARMS[name][0], "loss": losses, "dev_bleu": bleu,
                      "grad_norm_mean": round(sum(grads) / max(len(grads), 1), 3),
                      "grad_norm_max": round(max(grads, default=0.0), 3),
-                     "dev_nll_own_source": round(own, 3), "dev_nll_other_source": round(other, 3)})
+                     "dev_nll_own_source": round(own, 3), "dev_nll_other_source": round(other, 3),
+                     "encoder_cosine": round(similarity, 3)})
     for r in rows:
         marks = sorted(r["dev_bleu"])
         print(f"{r['arm']:<22} {r['what']}")
@@ -118,6 +145,7 @@ def report(out: Path, names: list[str]) -> list[dict]:
         print(f"    grad norm mean {r['grad_norm_mean']:.2f} max {r['grad_norm_max']:.2f} | dev NLL own source "
               f"{r['dev_nll_own_source']:.3f}, other source {r['dev_nll_other_source']:.3f} (the source is worth "
               f"{r['dev_nll_other_source'] - r['dev_nll_own_source']:.3f} nats/token)")
+        print(f"    mean cosine between a sentence's encoder outputs {r['encoder_cosine']:.3f} (1.0: collapsed)")
     (out / "report.json").write_text(json.dumps(rows, indent=1))
     plot(rows, out / "norm_stability.png")
     return rows

@@ -143,4 +143,5 @@ def test_norm_stability_report_measures_how_much_the_source_is_worth(tmp_path, t
     [row] = report(tmp_path, ["post-ln"])
     assert row["dev_bleu"].keys() == {4} and row["grad_norm_mean"] > 0
     assert (tmp_path / "norm_stability.png").stat().st_size > 0
+    assert -1.0 <= row["encoder_cosine"] <= 1.0
     assert "the source is worth" in capsys.readouterr().out
