@@ -104,20 +104,12 @@ def encoder_similarity(run: Path, sentences: int = 50) -> float:
     position, so that nothing about the source reaches the decoder."""
     from training import checkpoint as ckpt_io
     from training.data import collate, encode_pairs, load_pairs
+    from training.train import encoder_cosine
 
     model, cfg, ckpt = ckpt_io.load_model(ckpt_io.list_checkpoints(run)[-1])
-    model.eval()
     pairs = load_pairs(cfg.data, "dev")[:sentences]
     batch = collate(encode_pairs(pairs, ckpt_io.load_tokenizer(ckpt), cfg.data.max_tokens_per_sentence))
-    memory = F.normalize(model.encode(batch.src), dim=-1)  # (B, S, D)
-    real = batch.src.ne(0)
-    sims = []
-    for row, mask in zip(memory, real):
-        x = row[mask]
-        n = x.size(0)
-        if n > 1:
-            sims.append(float(((x @ x.T).sum() - n) / (n * n - n)))
-    return sum(sims) / len(sims)
+    return encoder_cosine(model, batch.src)
 
 
 def report(out: Path, names: list[str]) -> list[dict]:

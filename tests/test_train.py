@@ -126,7 +126,7 @@ def test_nmt_train_command_line_end_to_end(tmp_path, toy_corpus):
            "--set", "data.vocab_size=300", "--set", "train.log_every=2", "--set", "train.eval_every=4"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "step       2 | loss" in r.stdout and "dev BLEU" in r.stdout
+    assert "step       2 | loss" in r.stdout and "dev BLEU" in r.stdout and "encoder cosine" in r.stdout
     assert "done: step 4" in r.stdout
     assert (out / "checkpoints" / "step_00000004.pt").is_file()
     assert "grad norm" in r.stdout and "grad_norm" in json.loads((out / "history.json").read_text())[0]
@@ -158,3 +158,16 @@ def test_ddp_two_cpu_processes_with_gloo(tmp_path, toy_corpus):
     assert "world 2" in r.stdout and "done: step 4" in r.stdout
     ckpt = ckpt_io.load(ckpt_io.list_checkpoints(out)[-1])
     assert len(ckpt["rng"]) == 2  # each rank's RNG state is kept for an exact resume
+
+
+def test_encoder_cosine_is_one_for_a_collapsed_encoder_and_lower_otherwise():
+    from training.model import Transformer
+    from training.train import COLLAPSED_ENCODER, encoder_cosine
+
+    torch.manual_seed(0)
+    model = Transformer(replace(MODEL_PRESETS["tiny"], vocab_size=50))
+    varied = torch.tensor([[4, 9, 17, 23, 3], [5, 6, 3, 0, 0]])
+    assert -1.0 <= encoder_cosine(model, varied) < COLLAPSED_ENCODER
+    model.positional.table.zero_()  # no positions: a repeated token gives identical outputs
+    assert encoder_cosine(model, torch.tensor([[7, 7, 7, 7]])) == pytest.approx(1.0, abs=1e-6)
+    assert model.training  # the check leaves the model's mode as it found it

@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from training import checkpoint as ckpt_io
 from training.config import MODEL_PRESETS, PAD_ID, RunConfig, replace
-from training.data import BatchStream, encode_pairs, languages, load_pairs, parse_direction, tokenizer_sentences
+from training.data import BatchStream, encode_pairs, languages, load_pairs, pad, parse_direction, tokenizer_sentences
 from training.decode import translate
 from training.model import Transformer, count_parameters
 from training.tokenizer import Tokenizer, train_tokenizer
@@ -117,6 +117,29 @@ def dev_bleu(model: Transformer, tokenizer: Tokenizer, dev: dict[str, tuple[list
         scores[direction] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
     model.train()
     return scores
+
+
+# Above this mean cosine similarity between a sentence's encoder outputs, the encoder gives
+# every position (nearly) the same vector and the decoder cannot see its source: how the
+# post-LN runs stalled (bench/norm_stability.py; 0.52-0.58 in a pre-LN run that trains).
+COLLAPSED_ENCODER = 0.99
+
+
+@torch.no_grad()
+def encoder_cosine(model: Transformer, src: torch.Tensor) -> float:
+    """Mean cosine similarity between the encoder outputs at the real positions of each
+    sentence of ``src`` (B, S), averaged over sentences."""
+    was_training = model.training
+    model.eval()
+    memory = F.normalize(model.encode(src).float(), dim=-1)  # (B, S, D)
+    model.train(was_training)
+    sims = []
+    for row, mask in zip(memory, src.ne(PAD_ID)):
+        x = row[mask]
+        n = x.size(0)
+        if n > 1:
+            sims.append(float(((x @ x.T).sum() - n) / (n * n - n)))
+    return sum(sims) / max(len(sims), 1)
 
 
 def plot_curves(history: list[dict[str, Any]], path: Path) -> None:
@@ -240,6 +263,9 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
             s.append(p.src)
             r.append(p.tgt)
 
+    # A fixed dev batch (the first 32 dev sources) for the encoder-collapse check at each evaluation.
+    dev_src = pad([tokenizer.encode_source(src, parse_direction(direction)[1])
+                   for direction, (sources, _) in dev.items() for src in sources][:32] or [[PAD_ID]]).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps,
                                  weight_decay=tc.weight_decay)
     state = State()
@@ -328,8 +354,14 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
         if tc.eval_every and state.step % tc.eval_every == 0 and dev:
             if d.main:
                 scores = dev_bleu(model, tokenizer, dev, device)
-                state.history.append({"step": state.step, "dev_bleu": scores})
-                logger.line(f"step {state.step:>7} | dev BLEU {json.dumps(scores)}")
+                cosine = round(encoder_cosine(model, dev_src), 4)
+                state.history.append({"step": state.step, "dev_bleu": scores, "encoder_cosine": cosine})
+                logger.line(f"step {state.step:>7} | dev BLEU {json.dumps(scores)} | encoder cosine {cosine:.3f}")
+                if cosine > COLLAPSED_ENCODER:
+                    logger.line(f"warning: the encoder gives every position of a sentence nearly the same vector "
+                                f"(mean cosine {cosine:.3f} > {COLLAPSED_ENCODER}), so the decoder cannot see its "
+                                "source; post-LN runs stalled this way here: train pre-LN "
+                                "(--set model.pre_norm=true, or the deep-shallow presets)")
             barrier(d)
         if tc.save_every and state.step % tc.save_every == 0:
             save_checkpoint()
@@ -363,6 +395,9 @@ def finish_average(cfg: RunConfig, out: Path, state: State, tok_bytes: bytes) ->
 
 
 # ---------------------------------------------------------------- CLI
+# Pre-LN: the post-LN presets collapsed their encoder at our learning rates (bench/norm_stability.py).
+DEFAULT_PRESET = "deep-shallow-small"
+
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -399,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="nmt-train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="run directory: checkpoints, tokenizer, config, curves")
-    p.add_argument("--preset", choices=sorted(MODEL_PRESETS), default="small")
+    p.add_argument("--preset", choices=sorted(MODEL_PRESETS), default=DEFAULT_PRESET,
+                   help=f"model shape (default {DEFAULT_PRESET}: pre-LN; small and base are the paper's post-LN)")
     p.add_argument("--config", help="a config.json to start from instead of a preset")
     p.add_argument("--directions", help="comma-separated, e.g. en-de,de-en")
     p.add_argument("--train-files", nargs="*", metavar="DIR=SRC:TGT|TSV", help="your own parallel text")
