@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "models" / "default" / "tokenizer.model"
@@ -38,7 +37,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "post-ln-lr-0.35": ("post-LN, peak lr 7e-4 (lr_scale 0.35)", ["--warmup", "1000", "--set", "train.lr_scale=0.35"]),
 }
 COMMON = ["--preset", "small", "--directions", "en-de,de-en", "--batch-tokens", "2048", "--threads", "1",
-          "--device", "cpu", "--set", "train.lr_scale=1.0", "--set", "train.eval_sentences=100",
+          "--device", "cpu", "--set", "train.eval_sentences=100",
           "--set", "train.log_every=50", "--set", "train.average_last=0"]
 
 
@@ -53,7 +52,6 @@ def train_arms(out: Path, names: list[str], steps: int, parallel: int) -> None:
             if not (run / "tokenizer.model").exists():
                 shutil.copyfile(TOKENIZER, run / "tokenizer.model")
             args = [*COMMON, *ARMS[name][1]]
-            # later overrides win, so the arm's own lr_scale replaces the common one
             cmd = [sys.executable, "-m", "training.train", "--out", str(run), "--max-steps", str(steps),
                    "--set", f"train.eval_every={steps // 3}", "--set", f"train.save_every={steps // 3}", *args]
             print(f"training {name}: {' '.join(cmd[3:])}", flush=True)
@@ -69,14 +67,12 @@ def train_arms(out: Path, names: list[str], steps: int, parallel: int) -> None:
 
 
 @torch.no_grad()
-def source_use(run: Path, sentences: int = 200) -> tuple[float, float]:
+def source_use(model, cfg, tokenizer, sentences: int = 200) -> tuple[float, float]:
     """Dev loss (nats per target token) with each target's own source and with other verses' sources."""
-    from training import checkpoint as ckpt_io
     from training.data import collate, encode_pairs, load_pairs
+    from training.train import label_smoothed_loss
 
-    model, cfg, ckpt = ckpt_io.load_model(ckpt_io.list_checkpoints(run)[-1])
     model.eval()
-    tokenizer = ckpt_io.load_tokenizer(ckpt)
     by_direction: dict[str, list] = {}
     for p in load_pairs(cfg.data, "dev"):
         if len(by_direction.setdefault(p.direction, [])) < sentences:
@@ -89,27 +85,28 @@ def source_use(run: Path, sentences: int = 200) -> tuple[float, float]:
         for key, exs in (("own", examples), ("other", shifted)):
             for start in range(0, len(exs), 50):
                 b = collate(exs[start:start + 50])
-                logits = model(b.src, b.tgt_in)
-                nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), b.tgt_out.reshape(-1), ignore_index=0,
-                                      reduction="sum")
-                totals[key][0] += float(nll)
+                totals[key][0] += float(label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0.0))
                 totals[key][1] += b.n_tokens
     return totals["own"][0] / totals["own"][1], totals["other"][0] / totals["other"][1]
 
 
-@torch.no_grad()
-def encoder_similarity(run: Path, sentences: int = 50) -> float:
+def encoder_similarity(model, cfg, tokenizer, sentences: int = 50) -> float:
     """Mean cosine similarity between the encoder outputs of one sentence's positions, averaged
     over dev sentences: near 1.0 when the encoder has collapsed to one vector for every
     position, so that nothing about the source reaches the decoder."""
-    from training import checkpoint as ckpt_io
     from training.data import collate, encode_pairs, load_pairs
     from training.train import encoder_cosine
 
-    model, cfg, ckpt = ckpt_io.load_model(ckpt_io.list_checkpoints(run)[-1])
     pairs = load_pairs(cfg.data, "dev")[:sentences]
-    batch = collate(encode_pairs(pairs, ckpt_io.load_tokenizer(ckpt), cfg.data.max_tokens_per_sentence))
-    return encoder_cosine(model, batch.src)
+    return encoder_cosine(model, collate(encode_pairs(pairs, tokenizer, cfg.data.max_tokens_per_sentence)).src)
+
+
+def last_model(run: Path):
+    """The run's last checkpoint: model, config and tokenizer."""
+    from training import checkpoint as ckpt_io
+
+    model, cfg, ckpt = ckpt_io.load_model(ckpt_io.list_checkpoints(run)[-1])
+    return model, cfg, ckpt_io.load_tokenizer(ckpt)
 
 
 def report(out: Path, names: list[str]) -> list[dict]:
@@ -122,8 +119,9 @@ def report(out: Path, names: list[str]) -> list[dict]:
         losses = {h["step"]: h["loss"] for h in history if "loss" in h}
         grads = [h["grad_norm"] for h in history if "grad_norm" in h]
         bleu = {h["step"]: h["dev_bleu"] for h in history if "dev_bleu" in h}
-        own, other = source_use(run)
-        similarity = encoder_similarity(run)
+        model = last_model(run)
+        own, other = source_use(*model)
+        similarity = encoder_similarity(*model)
         rows.append({"arm": name, "what": ARMS[name][0], "loss": losses, "dev_bleu": bleu,
                      "grad_norm_mean": round(sum(grads) / max(len(grads), 1), 3),
                      "grad_norm_max": round(max(grads, default=0.0), 3),

@@ -22,6 +22,7 @@ import sacrebleu
 
 from export.package import ModelPackage
 from export.verify import cpu_runtime, translate_onnx
+from training.data import parse_direction
 from training.tokenizer import Tokenizer
 
 DATA = Path(__file__).resolve().parent / "data" / "modern.tsv"
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = Tokenizer(package.tokenizer_path)
     texts = load()
     results = []
-    for src, tgt in (pair.split("-") for pair in package.pairs):
+    for src, tgt in map(parse_direction, package.pairs):
         if src not in texts or tgt not in texts:
             continue
         start = time.monotonic()

@@ -132,13 +132,13 @@ def test_out_of_domain_scores_every_direction_the_package_serves(tiny_package, t
 
 
 def test_norm_stability_report_measures_how_much_the_source_is_worth(tmp_path, toy_corpus, capsys):
-    from bench.norm_stability import report, source_use
+    from bench.norm_stability import last_model, report, source_use
     from tests.test_train import tiny_run
     from training.train import train
 
     run = tmp_path / "post-ln"
     train(tiny_run(toy_corpus, max_steps=4, eval_every=4, save_every=4), run)
-    own, other = source_use(run)
+    own, other = source_use(*last_model(run))
     assert own > 0 and other > 0
     [row] = report(tmp_path, ["post-ln"])
     assert row["dev_bleu"].keys() == {4} and row["grad_norm_mean"] > 0

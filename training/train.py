@@ -265,7 +265,7 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
 
     # A fixed dev batch (the first 32 dev sources) for the encoder-collapse check at each evaluation.
     dev_src = pad([tokenizer.encode_source(src, parse_direction(direction)[1])
-                   for direction, (sources, _) in dev.items() for src in sources][:32] or [[PAD_ID]]).to(device)
+                   for direction, (sources, _) in dev.items() for src in sources][:32]).to(device) if dev else None
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps,
                                  weight_decay=tc.weight_decay)
     state = State()
@@ -306,18 +306,21 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
     model.train()
     started = time.monotonic() - state.elapsed
     chunk_end = time.monotonic() + chunk_minutes * 60 if chunk_minutes > 0 else float("inf")
-    window_loss = window_tokens = window_src = window_grad = window_steps = 0.0
+    window_loss = window_tokens = window_src = window_grad = 0.0
+    window_steps = 0
     window_start = time.monotonic()
     batches = iter(stream)
     while state.step < tc.max_steps:
-        out_of_time = tc.max_minutes > 0 and time.monotonic() - started >= tc.max_minutes * 60
-        if any_rank(out_of_time, d):
-            logger.line(f"time bound of {tc.max_minutes} minutes reached at step {state.step}")
-            break
-        if any_rank(time.monotonic() >= chunk_end, d):
-            logger.line(f"chunk of {chunk_minutes} minutes done at step {state.step} "
-                        f"({state.elapsed / 60:.1f} of the run's minutes); the same command continues it")
-            state.finished = False
+        now = time.monotonic()
+        out_of_time = tc.max_minutes > 0 and now - started >= tc.max_minutes * 60
+        # one agreement between ranks per step for both time bounds
+        if any_rank(out_of_time or now >= chunk_end, d):
+            if out_of_time:
+                logger.line(f"time bound of {tc.max_minutes} minutes reached at step {state.step}")
+            else:
+                logger.line(f"chunk of {chunk_minutes} minutes done at step {state.step} "
+                            f"({state.elapsed / 60:.1f} of the run's minutes); the same command continues it")
+                state.finished = False
             break
         batch = next(batches).to(device)
         state.step += 1
@@ -349,7 +352,8 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
                                   "grad_norm": round(grad, 4), "minutes": round(state.elapsed / 60, 2)})
             logger.line(f"step {state.step:>7} | loss {mean:.3f} | grad norm {grad:.2f} | {tok_s:,.0f} tok/s | "
                         f"lr {lr:.2e} | {state.elapsed / 60:.1f} min")
-            window_loss = window_tokens = window_src = window_grad = window_steps = 0.0
+            window_loss = window_tokens = window_src = window_grad = 0.0
+            window_steps = 0
             window_start = time.monotonic()
         if tc.eval_every and state.step % tc.eval_every == 0 and dev:
             if d.main:
