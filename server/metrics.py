@@ -22,6 +22,7 @@ class Metrics:
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
         self.tokens_generated = Counter("nmt_tokens_generated", "Decoder tokens generated (all beams)", registry=r)
         self.in_flight = Gauge("nmt_in_flight_sequences", "Texts being decoded", ["model"], registry=r)
+        self.queued = Gauge("nmt_queued_texts", "Texts waiting to join the batch", ["model"], registry=r)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> int:
         """Start the HTTP exporter; returns the bound port (port 0 picks a free one)."""

@@ -89,6 +89,9 @@ class Scheduler:
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"decode-{name}", daemon=True)
         self._encoder = threading.Thread(target=self._encode_loop, name=f"encode-{name}", daemon=True)
+        if metrics:  # read when scraped, so evictions, failures and cancellations show at once
+            metrics.in_flight.labels(name).set_function(lambda: self.in_flight)
+            metrics.queued.labels(name).set_function(lambda: self.queued)
 
     def start(self) -> None:
         self._thread.start()
@@ -134,8 +137,14 @@ class Scheduler:
     def _encode_loop(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._take_possible():
-                    self._cond.wait()
+                while not self._stopping:
+                    self._sweep_queue()
+                    if self._take_possible():
+                        break
+                    # Sleep until something changes (every change notifies) or the first
+                    # waiting deadline passes: an expired text is answered at its deadline
+                    # even while the batch is full.
+                    self._cond.wait(self._until_first_deadline())
                 if self._stopping:
                     return
                 taken = self._take()
@@ -145,6 +154,24 @@ class Scheduler:
                 self._ready.extend(ready)
                 self._encoding = 0
                 self._cond.notify_all()
+
+    def _sweep_queue(self) -> None:
+        """Answer the waiting jobs that were cancelled or expired (under the lock); their
+        places in the queue are free at once."""
+        now = time.monotonic()
+        if not any(t.cancelled or (t.deadline is not None and now >= t.deadline) for t in self._queue):
+            return
+        keep: collections.deque[Ticket] = collections.deque()
+        for t in self._queue:
+            if (error := t.stopped(now)) is not None:
+                self._resolve(t, error)
+            else:
+                keep.append(t)
+        self._queue = keep
+
+    def _until_first_deadline(self) -> float | None:
+        deadlines = [t.deadline for t in self._queue if t.deadline is not None]
+        return max(0.0, min(deadlines) - time.monotonic()) + 0.001 if deadlines else None
 
     def _staged_rows(self) -> int:
         return self._encoding + sum(t.job.k for t, _ in self._ready)
@@ -229,21 +256,30 @@ class Scheduler:
         rows = self._batch.n
         tokens = sum(t.cost for t in self._running.values())
         admitted: list[tuple[Ticket, Encoded]] = []
+        left = False
         with self._cond:
+            # Whoever was cancelled or expired leaves first, wherever it waits in line.
+            if any(t.stopped(now) for t, _ in self._ready):
+                keep: collections.deque[tuple[Ticket, Encoded]] = collections.deque()
+                for t, encoded in self._ready:
+                    if (error := t.stopped(now)) is not None:
+                        self._resolve(t, error)
+                        left = True
+                    else:
+                        keep.append((t, encoded))
+                self._ready = keep
             while self._ready:
                 t, encoded = self._ready[0]
-                if (error := t.stopped(now)) is not None:
-                    self._ready.popleft()
-                    self._resolve(t, error)
-                    continue
                 if rows + t.job.k > self.limits.max_batch_rows or tokens + t.cost > self.limits.max_tokens_in_flight:
                     break
                 self._ready.popleft()
                 admitted.append((t, encoded))
                 rows += t.job.k
                 tokens += t.cost
-            if admitted:
-                self._cond.notify_all()  # room to encode more
+            if admitted or left:
+                # Staged rows were freed, by admission or by jobs that left: the encoder may
+                # be asleep waiting for exactly that (a lost wake-up here stranded the queue).
+                self._cond.notify_all()
         if not admitted:
             return
         if self.metrics:
@@ -273,8 +309,6 @@ class Scheduler:
             self._batch.remove({j.id for j in finished})
             for j in finished:
                 self._resolve(self._running.pop(j.id), None)
-        if self.metrics:
-            self.metrics.in_flight.labels(self.name).set(len(self._running))
 
     def _resolve(self, t: Ticket, error: Exception | None) -> None:
         if t.future.done():

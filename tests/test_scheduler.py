@@ -1,0 +1,117 @@
+"""The scheduler's threads against a real tiny model: nothing waits forever."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import pytest
+
+from export.package import ModelPackage
+from server.decoding import DecodeOptions, Job
+from server.metrics import Metrics
+from server.runtime import Runtime, RuntimeOptions
+from server.scheduler import DeadlineExpired, JobCancelled, Scheduler, SchedulerLimits
+
+
+@pytest.fixture(scope="module")
+def runtime(tiny_package):
+    return Runtime(ModelPackage.load(tiny_package), RuntimeOptions(device="cpu", threads=1))
+
+
+def job(length: int = 0, beam: int = 1) -> Job:
+    """A job on a short source; ``length`` > 0 forces exactly that many output tokens."""
+    options = DecodeOptions(beam_size=beam, n_best=1, min_len=length)
+    return Job([4, 10, 11, 12, 3], options, max_len=length or 20, bos=2, eos=3, pad=0)
+
+
+def wait_until(cond, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def test_jobs_waiting_behind_expired_staged_jobs_are_picked_up(runtime):
+    """The lost wake-up: jobs encoded and waiting to join a full batch expire while another
+    waits in the queue behind them; they left without waking the encoder, which slept on as
+    if the batch were still full, so the waiting job was never picked up (it hung until
+    another request came, however idle the server)."""
+    s = Scheduler(runtime, SchedulerLimits(max_batch_rows=2, max_queue=8))
+    s.start()
+    try:
+        running = [s.submit(job(250)) for _ in range(2)]  # fill the batch for a while
+        wait_until(lambda: s.in_flight == 2)
+        staged = [s.submit(job(), deadline=time.monotonic() + 0.03) for _ in range(2)]
+        waiting = s.submit(job())  # no deadline: waits in the queue behind the staged rows
+        for t in staged:
+            with pytest.raises(DeadlineExpired):
+                t.future.result(timeout=10)
+        for t in running:
+            assert t.future.result(timeout=10)
+        assert waiting.future.result(timeout=10)[0].tokens  # hung forever before the fix
+        wait_until(lambda: s.in_flight == 0 and s.queued == 0)
+    finally:
+        s.stop()
+
+
+def test_cancelled_staged_jobs_free_their_rows_for_the_queue(runtime):
+    s = Scheduler(runtime, SchedulerLimits(max_batch_rows=2, max_queue=8))
+    s.start()
+    try:
+        running = [s.submit(job(250)) for _ in range(2)]
+        wait_until(lambda: s.in_flight == 2)
+        staged = [s.submit(job(250)) for _ in range(2)]
+        wait_until(lambda: len(s._ready) == 2)
+        waiting = s.submit(job())
+        for t in running + staged:
+            s.cancel(t)
+        for t in running + staged:
+            with pytest.raises(JobCancelled):
+                t.future.result(timeout=10)
+        assert waiting.future.result(timeout=10)
+    finally:
+        s.stop()
+
+
+def test_a_waiting_job_expires_at_its_deadline_while_the_batch_is_full(runtime):
+    s = Scheduler(runtime, SchedulerLimits(max_batch_rows=8, max_queue=8))
+    s.start()
+    try:
+        busy = [s.submit(job(250, beam=4)) for _ in range(2)]
+        wait_until(lambda: s.in_flight == 2)
+        s.submit(job(250, beam=4))  # staged
+        wait_until(lambda: len(s._ready) == 1)
+        start = time.monotonic()
+        waiting = s.submit(job(), deadline=start + 0.05)
+        with pytest.raises(DeadlineExpired):
+            waiting.future.result(timeout=10)
+        # Answered at its deadline, not when the batch frees up.
+        assert time.monotonic() - start < 0.05 + 0.05
+        assert not any(t.future.done() for t in busy)
+    finally:
+        s.stop()
+
+
+def test_in_flight_and_queue_gauges_return_to_zero_after_cancellations(runtime):
+    metrics = Metrics()
+    s = Scheduler(runtime, SchedulerLimits(max_batch_rows=4, max_queue=8), metrics, "tiny")
+    s.start()
+
+    def gauge(name: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"model": "tiny"})
+
+    try:
+        tickets = [s.submit(job(250)) for _ in range(6)]
+        wait_until(lambda: s.in_flight == 4)
+        assert gauge("nmt_in_flight_sequences") == 4
+        assert gauge("nmt_queued_texts") == 2
+        for t in tickets:
+            s.cancel(t)
+        concurrent.futures.wait([t.future for t in tickets], timeout=10)
+        assert all(isinstance(t.future.exception(), JobCancelled) for t in tickets)
+        wait_until(lambda: s.in_flight == 0)
+        assert gauge("nmt_in_flight_sequences") == 0  # stayed at 4 before: set only after a step
+        assert gauge("nmt_queued_texts") == 0
+    finally:
+        s.stop()
