@@ -131,6 +131,19 @@ def validate_manifest(m: Any) -> list[str]:
         problems.append(f"d_model {dims['d_model']} != n_heads {dims['n_heads']} x d_head {dims['d_head']}")
     if set(m["special_ids"]) != {"pad", "unk", "bos", "eos"}:
         problems.append("special_ids must name pad, unk, bos and eos")
+    vocab = dims.get("vocab_size") if isinstance(dims, dict) else None
+    if isinstance(vocab, int) and vocab > 0:
+        # An id outside the vocabulary fails inside the graphs, on every request that uses it.
+        for kind, ids in (("special_ids", m["special_ids"]), ("language_tags", m["language_tags"])):
+            for key, value in (ids.items() if isinstance(ids, dict) else ()):
+                if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab:
+                    problems.append(f"{kind}.{key} is {value!r}, not an id of the {vocab}-piece vocabulary")
+    elif isinstance(dims, dict) and "vocab_size" in dims:
+        problems.append(f"model.vocab_size is {vocab!r}, not a positive integer")
+    for key in ("max_source_tokens", "max_target_tokens"):
+        value = m[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+            problems.append(f"{key} is {value!r}, not an integer of at least 2")
     for pair in m["pairs"]:
         tgt = str(pair).partition("-")[2]
         if tgt not in m["language_tags"]:

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import os
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 
@@ -38,7 +39,58 @@ class ServerConfig:
     tls_key: str = ""
     tls_client_ca: str = ""  # set: clients must present a certificate signed by it (mutual TLS)
     auth_token: str = ""  # set: every RPC but health needs "authorization: Bearer <token>"
+    auth_token_file: str = ""  # the token read from a file (a flag's value shows in the process list)
+    max_concurrent_rpcs: int = 2048  # beyond it a call gets RESOURCE_EXHAUSTED at once
     log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every setting that would make the server start SERVING and then fail requests."""
+        out = []
+        at_least = {"port": 0, "threads": 0, "max_texts": 1, "max_chars": 1, "max_tokens": 3,
+                    "max_output_tokens": 1, "max_beam": 1, "max_message_bytes": 1024, "max_batch_rows": 1,
+                    "max_tokens_in_flight": 1, "max_queue": 1, "stream_window": 1, "max_concurrent_rpcs": 1}
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                out.append(f"{flag(name)} is {getattr(self, name)}; it must be at least {low}")
+        if self.port > 65535:
+            out.append(f"{flag('port')} is {self.port}; ports end at 65535")
+        if not 0 <= self.grace_seconds < float("inf"):
+            out.append(f"{flag('grace_seconds')} is {self.grace_seconds}; it must be 0 or more")
+        if out:
+            return out
+        # Limits must agree, or requests within what ListModels advertises fail forever.
+        if self.max_queue < self.max_texts:
+            out.append(f"{flag('max_queue')} {self.max_queue} is smaller than {flag('max_texts')} "
+                       f"{self.max_texts}: a request of more texts than the queue holds could never be accepted")
+        if self.max_batch_rows < self.max_beam:
+            out.append(f"{flag('max_batch_rows')} {self.max_batch_rows} is smaller than {flag('max_beam')} "
+                       f"{self.max_beam}: a beam needs one row per hypothesis")
+        biggest = self.max_beam * (self.max_tokens + self.max_output_tokens)
+        if self.max_tokens_in_flight < biggest:
+            out.append(f"{flag('max_tokens_in_flight')} {self.max_tokens_in_flight} is less than one text at the "
+                       f"advertised limits needs ({flag('max_beam')} x ({flag('max_tokens')} + "
+                       f"{flag('max_output_tokens')}) = {biggest})")
+        if self.auth_token and self.auth_token_file:
+            out.append(f"{flag('auth_token')} and {flag('auth_token_file')} are both set; give one")
+        return out
+
+    def bearer_token(self) -> str:
+        """The token every RPC but health must carry ("" = none), from the flag, the
+        environment or the file."""
+        if not self.auth_token_file:
+            return self.auth_token
+        try:
+            token = Path(self.auth_token_file).read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"{flag('auth_token_file')}: cannot read {self.auth_token_file}: {e.strerror}") from None
+        if not token:
+            raise ConfigError(f"{flag('auth_token_file')}: {self.auth_token_file} is empty")
+        return token
 
     def redacted(self) -> dict[str, Any]:
         """For the start-up log line: secrets are not logged."""
@@ -46,6 +98,22 @@ class ServerConfig:
         if d["auth_token"]:
             d["auth_token"] = "***"
         return d
+
+
+HELP = {
+    "auth_token": "require 'authorization: Bearer TOKEN' on every RPC but health; a flag's value is visible "
+                  "to every user of the machine in the process list: prefer NMT_AUTH_TOKEN or --auth-token-file",
+    "auth_token_file": "read the bearer token from this file (surrounding whitespace is ignored)",
+    "max_concurrent_rpcs": "calls handled at once; the excess gets RESOURCE_EXHAUSTED at once",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration the server must not start with; the message names every problem."""
+
+
+def flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
 
 
 def env_name(field_name: str) -> str:
@@ -59,15 +127,15 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
                                 epilog="Every flag can also be set as an environment variable: --max-texts <-> "
                                        "NMT_MAX_TEXTS (NMT_MODEL takes several packages separated by commas).")
     for f in fields(ServerConfig):
-        flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         if f.name == "model":
-            p.add_argument(flag, action="append", metavar="[NAME=]DIR",
+            p.add_argument(flag(f.name), action="append", metavar="[NAME=]DIR",
                            help="a model package to serve (repeatable)")
         elif isinstance(default, bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None)
+            p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None)
         else:
-            p.add_argument(flag, type=type(default), default=None, metavar=f.name.upper())
+            p.add_argument(flag(f.name), type=type(default), default=None, metavar=f.name.upper(),
+                           help=HELP.get(f.name))
     args = p.parse_args(argv)
     values: dict[str, Any] = {}
     for f in fields(ServerConfig):
@@ -84,7 +152,10 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
             values[f.name] = flag_value
         elif env is not None:
             values[f.name] = _from_env(f.name, env, default)
-    cfg = ServerConfig(**values)
+    try:
+        cfg = ServerConfig(**values)
+    except ConfigError as e:
+        p.error(str(e))
     if not cfg.model:
         p.error("no model: pass --model DIR (or set NMT_MODEL)")
     if cfg.device not in ("auto", "cuda", "cpu"):

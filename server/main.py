@@ -32,7 +32,7 @@ from server.decoding import DecodeOptions, Job, decode_all
 from server.metrics import Metrics
 from server.runtime import Runtime, RuntimeOptions
 from server.scheduler import Scheduler, SchedulerLimits
-from server.service import LoadedModel, TranslatorService
+from server.service import LoadedModel, TranslatorService, tolerant
 
 log = logging.getLogger("nmt.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Translator"].full_name  # "nmt.v1.Translator"
@@ -70,30 +70,76 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
         if name in models:
             raise ValueError(f"two models are named {name!r}; name them with NAME=DIR")
         package = ModelPackage.load(directory)
-        runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=cfg.spin_threads))
-        tokenizer = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
+        try:
+            runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=cfg.spin_threads))
+            tokenizer = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
+        except Exception as e:  # a graph or tokenizer that does not load, whatever the library raises
+            raise StartupError(f"model {name} ({package.path}) does not load: {first_line(e)}") from None
         if tokenizer.get_piece_size() != package.dims.vocab_size:
             raise PackageError(package.path, [f"tokenizer has {tokenizer.get_piece_size()} pieces, model.json says "
                                               f"{package.dims.vocab_size}"])
         limits = SchedulerLimits(cfg.max_batch_rows, cfg.max_tokens_in_flight, cfg.max_queue)
         scheduler = Scheduler(runtime, limits, metrics, name)
         models[name] = LoadedModel(name, package, tokenizer, scheduler)
+        models[name].longest_piece_bytes  # noqa: B018  (computed once, before requests need it)
         log.info("model %s: %s, pairs %s, %s on %s (%s)", name, package.path, ", ".join(package.pairs),
                  runtime.variant, runtime.device, ", ".join(runtime.providers))
     return models
 
 
+class StartupError(Exception):
+    """The server cannot serve what it was given; the message says what and where."""
+
+
 def warm_up(model: LoadedModel) -> None:
-    """A real decode through both graphs before the server reports SERVING."""
-    pair = model.package.pairs[0]
-    tag = model.package.language_tags[pair.split("-")[1]]
+    """A real decode through both graphs, greedy and beam, for every pair, before the server
+    reports SERVING: a package whose graphs do not match its model.json fails here, with
+    one clear line, rather than on every request of one pair later."""
     special = model.package.special_ids
-    src = [tag, *model.tokenizer.encode("warm up"), special["eos"]]
-    for beam in (1, 2):
-        [hyps] = decode_all(model.scheduler.rt, [Job(src, DecodeOptions(beam_size=beam), max_len=4,
-                                                     bos=special["bos"], eos=special["eos"], pad=special["pad"])])
-        if not hyps:
-            raise RuntimeError(f"warm-up decode of model {model.name} gave no hypothesis")
+    for pair in model.package.pairs:
+        tag = model.package.language_tags[pair.split("-")[1]]
+        src = [tag, *model.tokenizer.encode("warm up"), special["eos"]]
+        for beam in (1, 2):
+            try:
+                [hyps] = decode_all(model.scheduler.rt, [Job(src, DecodeOptions(beam_size=beam), max_len=4,
+                                                             bos=special["bos"], eos=special["eos"],
+                                                             pad=special["pad"])])
+            except Exception as e:
+                raise StartupError(f"model {model.name} ({model.package.path}) fails a {pair} decode with beam "
+                                   f"{beam}: {first_line(e)}") from None
+            if not hyps:
+                raise StartupError(f"model {model.name}: the {pair} warm-up decode gave no hypothesis")
+
+
+def first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:500]
+
+
+class TolerantRequests(grpc.aio.ServerInterceptor):
+    """Translator requests that are not valid protobuf reach the handler as ``Malformed``
+    (answered INVALID_ARGUMENT, counted, logged in one rate-limited line) instead of
+    failing in grpc's deserializer (UNKNOWN, an 8-line traceback per call, and the end of a
+    stream with the work it had accepted)."""
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        service, _, method = details.method.strip("/").partition("/")
+        if handler is None or service != SERVICE_NAME or handler.request_deserializer is None:
+            return handler
+        message_type = pb.DESCRIPTOR.services_by_name["Translator"].methods_by_name[method].input_type.full_name
+        return _handler_like(handler, handler.unary_unary or handler.unary_stream or handler.stream_unary
+                             or handler.stream_stream, tolerant(handler.request_deserializer, message_type))
+
+
+def _handler_like(handler, behaviour, request_deserializer):
+    """A method handler of ``handler``'s kind with another behaviour and deserializer."""
+    kinds = {(False, False): grpc.unary_unary_rpc_method_handler,
+             (True, False): grpc.stream_unary_rpc_method_handler,
+             (False, True): grpc.unary_stream_rpc_method_handler,
+             (True, True): grpc.stream_stream_rpc_method_handler}
+    make = kinds[(handler.request_streaming, handler.response_streaming)]
+    return make(behaviour, request_deserializer=request_deserializer, response_serializer=handler.response_serializer)
 
 
 class TokenAuth(grpc.aio.ServerInterceptor):
@@ -117,13 +163,8 @@ class TokenAuth(grpc.aio.ServerInterceptor):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
             yield  # pragma: no cover  (makes this an async generator)
 
-        kinds = {(False, False): grpc.unary_unary_rpc_method_handler,
-                 (True, False): grpc.stream_unary_rpc_method_handler,
-                 (False, True): grpc.unary_stream_rpc_method_handler,
-                 (True, True): grpc.stream_stream_rpc_method_handler}
-        make = kinds[(handler.request_streaming, handler.response_streaming)]
-        return make(deny_stream if handler.response_streaming else deny,
-                    request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+        # The body of a call that is refused is never parsed (no deserializer: raw bytes).
+        return _handler_like(handler, deny_stream if handler.response_streaming else deny, None)
 
 
 async def build_server(cfg: ServerConfig) -> RunningServer:
@@ -134,8 +175,11 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
     options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
                ("grpc.max_send_message_length", cfg.max_message_bytes),
                ("grpc.so_reuseport", 0)]
-    interceptors = [TokenAuth(cfg.auth_token)] if cfg.auth_token else []
-    server = grpc.aio.server(options=options, interceptors=interceptors)
+    token = cfg.bearer_token()
+    # The token check comes first, so that a refused call's body is not even parsed.
+    interceptors = [*([TokenAuth(token)] if token else []), TolerantRequests()]
+    server = grpc.aio.server(options=options, interceptors=interceptors,
+                             maximum_concurrent_rpcs=cfg.max_concurrent_rpcs)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     for name in ("", SERVICE_NAME):
@@ -158,6 +202,7 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
         models = await asyncio.to_thread(load_models, cfg, metrics)
         for m in models.values():
             await asyncio.to_thread(warm_up, m)
+        for m in models.values():
             m.scheduler.start()
     except BaseException:
         await server.stop(None)
@@ -170,7 +215,12 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
 
 async def serve(cfg: ServerConfig) -> int:
     started = time.monotonic()
-    running = await build_server(cfg)
+    try:
+        running = await build_server(cfg)
+    except (PackageError, StartupError, ValueError, OSError):
+        raise
+    except Exception as e:  # a port in use, a provider that does not start: one line, not a traceback
+        raise StartupError(first_line(e)) from None
     log.info("serving %s on port %d%s (metrics %s) in %.1fs", ", ".join(running.models), running.port,
              " with TLS" if cfg.tls_cert else "", running.metrics_port if running.metrics_port else "off",
              time.monotonic() - started)
@@ -192,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("configuration: %s", json.dumps(cfg.redacted(), sort_keys=True))
     try:
         return asyncio.run(serve(cfg))
-    except (PackageError, ValueError, OSError) as e:
+    except (PackageError, StartupError, ValueError, OSError) as e:
         log.error("cannot start: %s", e)
         return 2
 

@@ -105,18 +105,29 @@ class Scheduler:
         self._thread.join(timeout)
 
     def submit(self, job: Job, deadline: float | None = None) -> Ticket:
-        ticket = Ticket(job, deadline)
+        [ticket] = self.submit_all([job], deadline)
+        return ticket
+
+    def submit_all(self, jobs: list[Job], deadline: float | None = None) -> list[Ticket]:
+        """Queue a request's jobs together, or none of them: a request is never left half
+        queued when the queue fills up in the middle of it."""
+        tickets = [Ticket(job, deadline) for job in jobs]
+        for ticket in tickets:
+            if ticket.cost > self.limits.max_tokens_in_flight or ticket.job.k > self.limits.max_batch_rows:
+                raise ValueError(f"one text needs {ticket.cost} tokens and {ticket.job.k} rows; this server's "
+                                 f"limits are {self.limits.max_tokens_in_flight} tokens and "
+                                 f"{self.limits.max_batch_rows} rows")
         with self._cond:
             if self._stopping:
                 raise QueueFull("the server is shutting down")
-            if self.queued >= self.limits.max_queue:
-                raise QueueFull(f"the queue of model {self.name} is full ({self.limits.max_queue} texts waiting)")
-            if ticket.cost > self.limits.max_tokens_in_flight or job.k > self.limits.max_batch_rows:
-                raise ValueError(f"one text needs {ticket.cost} tokens and {job.k} rows; this server's limits "
-                                 f"are {self.limits.max_tokens_in_flight} tokens and {self.limits.max_batch_rows} rows")
-            self._queue.append(ticket)
+            if self.queued + len(tickets) > self.limits.max_queue:
+                raise QueueFull(f"the queue of model {self.name} is full ({self.limits.max_queue} texts waiting)"
+                                if len(tickets) == 1 or not self.queued else
+                                f"the queue of model {self.name} has room for {self.limits.max_queue - self.queued}"
+                                f" of this request's {len(tickets)} texts")
+            self._queue.extend(tickets)
             self._cond.notify_all()
-        return ticket
+        return tickets
 
     def cancel(self, ticket: Ticket) -> None:
         """Mark a ticket cancelled; its rows leave the batch before the next step."""

@@ -8,6 +8,7 @@ the text's rows; a model failure on one request answers INTERNAL without a trace
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -27,6 +28,40 @@ from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, QueueFull
 
 log = logging.getLogger("nmt.server")
 DEFAULT_LENGTH_PENALTY = 0.6
+LOG_EVERY = 10.0  # seconds between two log lines about malformed requests
+
+
+ECHO_CHARS = 64  # what an error message repeats of the caller's input, at most
+
+
+def shown(value: str, limit: int = ECHO_CHARS) -> str:
+    """``repr`` of caller input for an error message, cut to ``limit`` characters: a 20 KB
+    language code must not turn INVALID_ARGUMENT into a metadata-size failure."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+class Malformed:
+    """What a request that is not valid protobuf deserializes to (see ``tolerant``): the
+    handler answers INVALID_ARGUMENT instead of grpc's UNKNOWN and traceback."""
+
+    def __init__(self, message_type: str, error: Exception) -> None:
+        self.message_type, self.error = message_type, error
+
+    @property
+    def reason(self) -> str:
+        return f"the request is not a valid {self.message_type} message ({str(self.error)[:200]})"
+
+
+def tolerant(deserializer, message_type: str):
+    """Wrap a request deserializer so that malformed bytes become a ``Malformed`` value."""
+    def deserialize(data: bytes):
+        try:
+            return deserializer(data)
+        except Exception as e:  # DecodeError, and whatever else a hostile body provokes
+            return Malformed(message_type, e)
+    return deserialize
 
 
 class RequestError(Exception):
@@ -42,6 +77,13 @@ class LoadedModel:
     tokenizer: spm.SentencePieceProcessor
     scheduler: Scheduler
 
+    @functools.cached_property
+    def longest_piece_bytes(self) -> int:
+        """UTF-8 bytes of the vocabulary's longest piece: what one output token can add to
+        a response's text."""
+        sp = self.tokenizer
+        return max(len(sp.id_to_piece(i).encode()) for i in range(sp.get_piece_size()))
+
     @property
     def max_source_tokens(self) -> int:
         return self.package.max_source_tokens
@@ -56,6 +98,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         self.cfg, self.metrics = cfg, metrics
         self.draining = False
         self.active = 0  # RPCs being handled (drain waits for them)
+        self._malformed_logged_at, self._malformed_unlogged = -LOG_EVERY, 0
         self.set_models(models)
 
     def set_models(self, models: dict[str, LoadedModel]) -> None:
@@ -68,6 +111,9 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         code = grpc.StatusCode.OK
         self.active += 1
         try:
+            if isinstance(request, Malformed):
+                self.malformed(request)
+                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
             if self.draining:
                 raise RequestError(grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry elsewhere")
             return await self._translate(request, _deadline(context))
@@ -76,26 +122,33 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             await context.abort(e.code, e.message)
             raise  # unreachable: abort raises
         except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED
+            code = _why_cancelled(context)
             raise
         finally:
             self.active -= 1
             self._observe("Translate", code, start)
 
     async def TranslateStream(self, request_iterator, context: grpc.aio.ServicerContext):
+        """Answers each request as it finishes (tagged with its request_id); a request that
+        fails, or a message that is not valid protobuf, is answered in band and the stream
+        goes on: work already accepted is never dropped because of a later bad message."""
         start = time.monotonic()
+        code = grpc.StatusCode.OK
         window = asyncio.Semaphore(self.cfg.stream_window)
         results: asyncio.Queue = asyncio.Queue()
         deadline = _deadline(context)
         pending = 0
 
-        async def one(request: pb.TranslateRequest) -> None:
+        async def one(request: pb.TranslateRequest | Malformed) -> None:
             try:
+                if isinstance(request, Malformed):
+                    self.malformed(request)
+                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
                 if self.draining:
                     raise RequestError(grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry elsewhere")
                 response = await self._translate(request, deadline)
             except RequestError as e:
-                response = pb.TranslateResponse(request_id=request.request_id,
+                response = pb.TranslateResponse(request_id="" if isinstance(request, Malformed) else request.request_id,
                                                 error=pb.Error(code=e.code.value[0], message=e.message))
             finally:
                 window.release()
@@ -116,14 +169,24 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             while pending:
                 yield await results.get()
                 pending -= 1
+        except asyncio.CancelledError:
+            code = _why_cancelled(context)
+            raise
+        except Exception:
+            code = grpc.StatusCode.UNKNOWN
+            raise
         finally:
             for task in tasks:
                 task.cancel()
             self.active -= 1
-            self._observe("TranslateStream", grpc.StatusCode.OK, start)
+            self._observe("TranslateStream", code, start)
 
     async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:
         start = time.monotonic()
+        if isinstance(request, Malformed):
+            self.malformed(request)
+            self._observe("ListModels", grpc.StatusCode.INVALID_ARGUMENT, start)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
         out = pb.ListModelsResponse()
         for m in self.models.values():
             out.models.append(pb.ModelInfo(
@@ -141,7 +204,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         pair = f"{request.source_lang}-{request.target_lang}"
         if pair not in model.package.pairs:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"language pair {pair!r} is not supported by model {model.name!r}; "
+                               f"language pair {shown(pair)} is not supported by model {model.name!r}; "
                                f"supported: {', '.join(model.package.pairs)}")
         n = len(request.texts)
         if n > self.cfg.max_texts:
@@ -168,15 +231,18 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                    f"texts[{i}]: {len(ids)} tokens; the limit is {max_tokens}")
             sources.append(ids)
+        jobs: list[Job | None] = []
+        for ids in sources:
+            if ids is None:
+                jobs.append(None)
+                continue
+            limit = max_out if request.options.max_output_tokens else default_max_len(len(ids), max_out)
+            jobs.append(Job(ids, options, max_len=limit, bos=special["bos"], eos=special["eos"], pad=special["pad"]))
+        self._check_response_fits(model, request, jobs)
         tickets: list[Ticket | None] = []
         try:
-            for ids in sources:
-                if ids is None:
-                    tickets.append(None)
-                    continue
-                limit = max_out if request.options.max_output_tokens else default_max_len(len(ids), max_out)
-                job = Job(ids, options, max_len=limit, bos=special["bos"], eos=special["eos"], pad=special["pad"])
-                tickets.append(model.scheduler.submit(job, deadline))
+            queued = iter(model.scheduler.submit_all([j for j in jobs if j is not None], deadline))
+            tickets = [None if j is None else next(queued) for j in jobs]
             results = await asyncio.gather(*(asyncio.wrap_future(t.future) for t in tickets if t is not None))
         except QueueFull as e:
             self._cancel(model, tickets)
@@ -207,6 +273,17 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 translation.hypotheses.append(self._hypothesis(model, ids, hyp, request.options))
         return response
 
+    def _check_response_fits(self, model: LoadedModel, request: pb.TranslateRequest, jobs: list[Job | None]) -> None:
+        """Refuse, before decoding, a request whose answer could exceed the message limit:
+        grpc would fail it only after the whole decode, as RESOURCE_EXHAUSTED, which
+        clients take for "busy" and retry."""
+        bound = response_bound(model, request, jobs)
+        if bound > self.cfg.max_message_bytes:
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"the response could take up to {bound:,} bytes, more than this server's limit of "
+                               f"{self.cfg.max_message_bytes:,} bytes per message; send fewer texts, ask for fewer "
+                               f"hypotheses or no attention, or set a lower options.max_output_tokens")
+
     def _model(self, name: str) -> LoadedModel:
         if not self.models:
             raise RequestError(grpc.StatusCode.UNAVAILABLE, "the server is still loading its models")
@@ -214,7 +291,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             return self.models[self.default_model]
         if name not in self.models:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"unknown model {name!r}; loaded: {', '.join(self.models)}")
+                               f"unknown model {shown(name)}; loaded: {', '.join(self.models)}")
         return self.models[name]
 
     def _options(self, o: pb.DecodingOptions, model: LoadedModel) -> tuple[DecodeOptions, int]:
@@ -254,9 +331,48 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             if t is not None:
                 model.scheduler.cancel(t)
 
+    def malformed(self, request: Malformed) -> None:
+        """One log line for a malformed message, at most one every ``LOG_EVERY`` seconds
+        (with how many were not logged): a flood of garbage must not flood the log."""
+        self._malformed_unlogged += 1
+        now = time.monotonic()
+        if now - self._malformed_logged_at >= LOG_EVERY:
+            log.warning("malformed request answered INVALID_ARGUMENT: %s (%d since the last such line)",
+                        request.reason, self._malformed_unlogged)
+            self._malformed_logged_at, self._malformed_unlogged = now, 0
+
     def _observe(self, method: str, code: grpc.StatusCode, start: float) -> None:
         self.metrics.requests.labels(method, code.name).inc()
         self.metrics.latency.labels(method).observe(time.monotonic() - start)
+
+
+def response_bound(model: LoadedModel, request: pb.TranslateRequest, jobs: list[Job | None]) -> int:
+    """An upper bound of the serialized TranslateResponse's size in bytes: every hypothesis
+    at its length limit, made of the vocabulary's longest piece (protobuf framing counted
+    at its widest: one tag byte and a 5-byte length for each field)."""
+    o = request.options
+    piece = model.longest_piece_bytes
+    total = 16 + len(model.name.encode()) + len(request.request_id.encode())
+    for job in jobs:
+        total += 6
+        if job is None:
+            total += 12  # one empty hypothesis
+            continue
+        per_hypothesis = 6 + 6 + job.max_len * piece + 5 + 6  # framing, text, score, num_tokens
+        if o.return_attention:
+            sp = model.tokenizer
+            per_hypothesis += sum(6 + len(sp.id_to_piece(i).encode()) for i in job.src)  # source pieces
+            per_hypothesis += job.max_len * (6 + piece)  # target pieces
+            per_hypothesis += 6 + 4 * job.max_len * len(job.src)  # packed float32 attention
+        total += job.options.n_best * per_hypothesis
+    return total
+
+
+def _why_cancelled(context: grpc.aio.ServicerContext) -> grpc.StatusCode:
+    """A handler cancelled by grpc: because its deadline passed, or because the caller left."""
+    remaining = context.time_remaining()
+    return grpc.StatusCode.DEADLINE_EXCEEDED if remaining is not None and remaining <= 0 else \
+        grpc.StatusCode.CANCELLED
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:

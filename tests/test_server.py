@@ -193,3 +193,80 @@ def _wait_until(cond, timeout: float = 10.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("condition not reached in time")
+
+
+# ------------------------------------------------------------ what an adversarial probe found
+
+
+def test_a_response_that_cannot_fit_is_refused_before_decoding(server, stub):
+    tokens_before = _metric(server, "nmt_tokens_generated_total")
+    big = request(*[TEXTS[4]] * 16, beam_size=8, num_hypotheses=8, return_attention=True)
+    code, details = code_and_details(lambda: stub.Translate(big))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT  # was: 4 s of decoding, then RESOURCE_EXHAUSTED
+    assert details.startswith("the response could take up to ")
+    assert "more than this server's limit of 65,536 bytes per message" in details
+    assert _metric(server, "nmt_tokens_generated_total") == tokens_before  # nothing was decoded
+    small = stub.Translate(request(TEXTS[4], beam_size=2, num_hypotheses=2, return_attention=True))
+    assert len(small.translations[0].hypotheses) == 2
+
+
+def test_error_messages_cut_echoed_input(stub):
+    code, details = code_and_details(lambda: stub.Translate(request("Hi", tgt="x" * 20_000)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details.startswith("language pair 'en-xxxxxxxxxxxxxxxx") and "(20003 characters)" in details
+    assert len(details) < 300
+    r = request("Hi")
+    r.model = "m" * 15_000
+    code, details = code_and_details(lambda: stub.Translate(r))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "(15000 characters)" in details and len(details) < 300
+
+
+def raw_call(server, method: str, streaming: bool = False):
+    """A call that sends the given bytes as they are (no serializer)."""
+    channel = grpc.insecure_channel(server.address)
+    make = channel.stream_stream if streaming else channel.unary_unary
+    return make(f"/nmt.v1.Translator/{method}")
+
+
+def test_malformed_protobuf_is_invalid_argument_and_counted(server):
+    before = _metric(server, 'nmt_requests_total{code="INVALID_ARGUMENT",method="Translate"}')
+    code, details = code_and_details(lambda: raw_call(server, "Translate")(b"\xff\xff\xff\xff", timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT  # was UNKNOWN, with a traceback in the log
+    assert details.startswith("the request is not a valid nmt.v1.TranslateRequest message (")
+    assert _metric(server, 'nmt_requests_total{code="INVALID_ARGUMENT",method="Translate"}') == before + 1
+    code, _ = code_and_details(lambda: raw_call(server, "ListModels")(b"\x0a\x05ab", timeout=10))  # truncated
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_malformed_message_in_a_stream_is_answered_in_band_and_the_stream_goes_on(server, alone):
+    messages = []
+    for i in range(40):
+        r = request(TEXTS[i % 6])
+        r.request_id = f"r{i}"
+        messages.append(r.SerializeToString())
+    messages[8] = b"\xff\xff\xff\xff"
+    before = _metric(server, 'nmt_requests_total{code="OK",method="TranslateStream"}')
+    answers = [pb.TranslateResponse.FromString(b) for b in raw_call(server, "TranslateStream", True)(iter(messages),
+                                                                                                   timeout=60)]
+    assert len(answers) == 40  # was: the stream ended, dropping 32 of the 40 accepted requests
+    errors = [a for a in answers if a.HasField("error")]
+    assert len(errors) == 1 and errors[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert errors[0].error.message.startswith("the request is not a valid nmt.v1.TranslateRequest message")
+    done = {a.request_id: a.translations[0].hypotheses[0].text for a in answers if not a.HasField("error")}
+    assert sorted(done) == sorted(f"r{i}" for i in range(40) if i != 8)
+    assert done["r9"] == alone(TEXTS[3])
+    assert _metric(server, 'nmt_requests_total{code="OK",method="TranslateStream"}') == before + 1
+
+
+def test_calls_past_their_deadline_are_counted_as_deadline_exceeded(server, stub):
+    before = _metric(server, 'nmt_requests_total{code="DEADLINE_EXCEEDED",method="Translate"}')
+    code, _ = code_and_details(lambda: stub.Translate(request(*[TEXTS[4]] * 8, beam_size=8), timeout=0.05))
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+    _wait_until(lambda: _metric(server, 'nmt_requests_total{code="DEADLINE_EXCEEDED",method="Translate"}')
+                == before + 1)  # was counted CANCELLED
+    stream_before = _metric(server, 'nmt_requests_total{code="CANCELLED",method="TranslateStream"}')
+    call = stub.TranslateStream(iter([request(TEXTS[4], beam_size=8, max_output_tokens=200)] * 30))
+    next(call)
+    call.cancel()
+    _wait_until(lambda: _metric(server, 'nmt_requests_total{code="CANCELLED",method="TranslateStream"}')
+                == stream_before + 1)  # was always counted OK

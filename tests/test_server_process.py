@@ -64,11 +64,13 @@ def test_sigterm_drains_in_flight_work_and_exits_zero(tiny_package):
     try:
         wait_serving(port, proc)
         stub = pb_grpc.TranslatorStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
-        in_flight = stub.Translate.future(request(*["He said,", LONG] * 32, beam_size=8, max_output_tokens=200))
-        time.sleep(0.3)
+        # Several seconds of work, all of it arrived before the signal (one request: about 0.5 s here).
+        in_flight = [stub.Translate.future(request(*["He said,", LONG] * 32, beam_size=8, max_output_tokens=200))
+                     for _ in range(8)]
+        time.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.5)
-        assert not in_flight.done()
+        assert not in_flight[-1].done()
         with pytest.raises(grpc.RpcError) as err:  # new work while draining
             stub.Translate(request("Jesus wept."), timeout=5)
         assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNAVAILABLE,
@@ -76,8 +78,8 @@ def test_sigterm_drains_in_flight_work_and_exits_zero(tiny_package):
         health = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
         assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
             health_pb2.HealthCheckResponse.NOT_SERVING
-        response = in_flight.result(timeout=60)  # in-flight work finishes
-        assert [len(t.hypotheses) for t in response.translations] == [1] * 64
+        for call in in_flight:  # in-flight work finishes
+            assert [len(t.hypotheses) for t in call.result(timeout=60).translations] == [1] * 64
         assert proc.wait(timeout=30) == 0
         assert "draining" in proc.stderr.read()
     finally:
@@ -122,7 +124,7 @@ def test_configuration_from_environment_variables(tiny_package):
 
 
 def test_full_queue_rejects_fast_with_resource_exhausted(tiny_package):
-    s = ServerThread(tiny_package, max_queue=1, max_batch_rows=1)
+    s = ServerThread(tiny_package, max_queue=1, max_batch_rows=1, max_texts=1, max_beam=1)
     try:
         stub = s.stub()
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
@@ -260,3 +262,75 @@ def test_server_imports_neither_torch_nor_onnx(tiny_package):
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+def _broken_copy(package: Path, tmp_path: Path, name: str, change) -> Path:
+    """A copy of the package with model.json (and maybe a file) changed; the sha256 of a
+    changed file is updated, as a careless hand edit would."""
+    import hashlib
+    import json
+
+    out = tmp_path / name
+    shutil.copytree(package, out)
+    manifest = json.loads((out / "model.json").read_text())
+    change(out, manifest)
+    for f in manifest["files"]:
+        manifest["files"][f] = hashlib.sha256((out / f).read_bytes()).hexdigest()
+    (out / "model.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.mark.parametrize("name, change, expected", [
+    ("eos", lambda d, m: m["special_ids"].update(eos=99999),
+     "special_ids.eos is 99999, not an id of the 400-piece vocabulary"),
+    ("tag", lambda d, m: m["language_tags"].update(en=400),
+     "language_tags.en is 400, not an id of the 400-piece vocabulary"),
+    ("graph", lambda d, m: (d / "decoder.onnx").write_bytes(b"\x08\x07garbage"),
+     "model tiny ("),
+    ("heads", lambda d, m: m["model"].update(n_heads=2, d_head=32),
+     "model tiny ("),
+])
+def test_start_up_faults_are_one_line_and_exit_2(tiny_package, tmp_path, name, change, expected):
+    proc, _ = start(_broken_copy(tiny_package, tmp_path, name, change))
+    assert proc.wait(timeout=60) == 2  # was: a traceback and exit 1 (or SERVING, failing one pair's requests)
+    err = proc.stderr.read()
+    assert "Traceback" not in err
+    [line] = [x for x in err.splitlines() if "cannot start" in x]
+    assert expected in line or expected in err
+
+
+def test_the_token_is_checked_before_the_body_is_parsed(tiny_package, tmp_path):
+    (tmp_path / "token").write_text("s3cret\n")
+    s = ServerThread(tiny_package, auth_token_file=str(tmp_path / "token"))
+    try:
+        garbage = grpc.insecure_channel(s.address).unary_unary("/nmt.v1.Translator/Translate")
+        with pytest.raises(grpc.RpcError) as err:
+            garbage(b"\xff\xff\xff", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as err:
+            garbage(b"\xff\xff\xff", timeout=10, metadata=(("authorization", "Bearer s3cret"),))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        token = (("authorization", "Bearer s3cret"),)  # the file's token, without its newline
+        assert s.stub().Translate(request("Jesus wept."), metadata=token).translations
+    finally:
+        s.stop()
+
+
+def test_calls_beyond_the_concurrency_cap_get_resource_exhausted_at_once(tiny_package):
+    s = ServerThread(tiny_package, max_concurrent_rpcs=2)
+    try:
+        stub = s.stub()
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            calls = [pool.submit(stub.Translate, request(LONG, beam_size=8, max_output_tokens=200), timeout=60)
+                     for _ in range(12)]
+            codes = []
+            for c in calls:
+                try:
+                    c.result()
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as e:
+                    codes.append(e.code())
+        assert grpc.StatusCode.OK in codes and grpc.StatusCode.RESOURCE_EXHAUSTED in codes
+        assert set(codes) == {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}
+    finally:
+        s.stop()

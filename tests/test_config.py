@@ -1,0 +1,52 @@
+"""Server configuration: settings that would start SERVING and then fail every request are
+refused at start-up, naming the flag."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.config import ConfigError, ServerConfig, parse_args
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-queue", "0"], "--max-queue is 0; it must be at least 1"),
+    (["--max-batch-rows", "0"], "--max-batch-rows is 0; it must be at least 1"),
+    (["--stream-window", "0"], "--stream-window is 0; it must be at least 1"),
+    (["--max-texts", "-1"], "--max-texts is -1; it must be at least 1"),
+    (["--max-queue", "8"], "--max-queue 8 is smaller than --max-texts 64: a request of more texts than the queue "
+                           "holds could never be accepted"),
+    (["--max-batch-rows", "4"], "--max-batch-rows 4 is smaller than --max-beam 8: a beam needs one row per "
+                                "hypothesis"),
+    (["--max-tokens-in-flight", "1000"], "--max-tokens-in-flight 1000 is less than one text at the advertised "
+                                         "limits needs (--max-beam x (--max-tokens + --max-output-tokens) = 4096)"),
+    (["--port", "70000"], "--port is 70000; ports end at 65535"),
+])
+def test_inconsistent_limits_fail_at_start_up(flags, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--model", "x", *flags], {})
+    assert e.value.code == 2
+    assert f"nmt-serve: error: {message}" in capsys.readouterr().err
+
+
+def test_consistent_small_limits_are_fine():
+    cfg = parse_args(["--model", "x", "--max-queue", "8", "--max-texts", "8", "--max-beam", "1",
+                      "--max-batch-rows", "1"], {})
+    assert (cfg.max_queue, cfg.max_texts, cfg.max_batch_rows) == (8, 8, 1)
+
+
+def test_every_problem_is_named_at_once():
+    with pytest.raises(ConfigError) as e:
+        ServerConfig(max_queue=0, stream_window=0)
+    assert str(e.value) == "--max-queue is 0; it must be at least 1; --stream-window is 0; it must be at least 1"
+
+
+def test_the_token_comes_from_a_file_or_the_environment(tmp_path):
+    (tmp_path / "token").write_text("  s3cret\n")
+    assert parse_args(["--model", "x", "--auth-token-file", str(tmp_path / "token")], {}).bearer_token() == "s3cret"
+    assert parse_args(["--model", "x"], {"NMT_AUTH_TOKEN": "t0ken"}).bearer_token() == "t0ken"
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError, match="is empty"):
+        ServerConfig(auth_token_file=str(tmp_path / "empty")).bearer_token()
+    with pytest.raises(ConfigError, match="cannot read"):
+        ServerConfig(auth_token_file=str(tmp_path / "missing")).bearer_token()
+    assert ServerConfig(auth_token="x").redacted()["auth_token"] == "***"
