@@ -6,13 +6,18 @@
         [t] = client.translate(["Jesus wept."], "en", "de", beam_size=4)
         print(t.text)
 
-Both clients balance calls round-robin over the addresses they are given, put a deadline
-on every call, and retry UNAVAILABLE and RESOURCE_EXHAUSTED (a server draining or busy) with
-exponential backoff and jitter, each retry on the next address, within the call's deadline.
-Every other failure, and a retryable one that outlived its attempts or its deadline, raises
-:class:`TranslationError` carrying the gRPC status code and the server's message.
-Streams (``translate_stream``) are not retried: a request that fails comes back as its
-own error, in band, and a broken stream raises.
+Both clients balance calls round-robin over the addresses they are given and put a deadline
+on every call (``timeout``, retries included). UNAVAILABLE and RESOURCE_EXHAUSTED (a server
+restarting, draining or busy) are retried, each retry on the next address, with capped
+exponential backoff and jitter (:class:`RetryPolicy`: 0.1 s doubling up to 2 s) for as long
+as the call's deadline allows, so a server restart of a few seconds is ridden out; a policy
+may also cap the number of attempts (``RetryPolicy(attempts=1)``, :data:`NO_RETRY`, turns
+retries off), and ``on_retry(error, delay)``, if given, hears of each retry. The channels
+reconnect at least every second while a server is away, so a call gets through soon after it
+is back. Every other failure, and a retryable one that used up its deadline or its attempts,
+raises :class:`TranslationError` carrying the gRPC status code, the server's message and the
+number of attempts. Streams (``translate_stream``) are not retried: a request that fails
+comes back as its own error, in band, and a broken stream raises.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,12 +76,16 @@ class TranslationError(Exception):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff with full jitter for UNAVAILABLE and RESOURCE_EXHAUSTED."""
+    """When to retry UNAVAILABLE and RESOURCE_EXHAUSTED: until the call's deadline, after a
+    capped exponential backoff with jitter (each wait is 50-100% of ``initial_backoff *
+    multiplier ** (n - 1)``, at most ``max_backoff``). The last wait is shortened so that a
+    final attempt still has ``min_attempt`` seconds before the deadline."""
 
-    attempts: int = 5  # in all, the first one included; 1 disables retries
+    attempts: int = 0  # at most this many in all, the first one included; 0: as many as the deadline allows
     initial_backoff: float = 0.1  # seconds
-    max_backoff: float = 5.0
+    max_backoff: float = 2.0
     multiplier: float = 2.0
+    min_attempt: float = 0.1  # seconds an attempt needs at least; less left: give up
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
@@ -86,23 +95,31 @@ class RetryPolicy:
     def next_delay(self, error: grpc.RpcError, attempt: int, deadline: float, rng: random.Random) -> float | None:
         """How long to wait before retrying, or None when the error is final."""
         code = error.code() if hasattr(error, "code") else None
-        if code not in RETRYABLE or attempt >= self.attempts:
+        if code not in RETRYABLE or (self.attempts and attempt >= self.attempts):
             return None
-        delay = self.delay(attempt, rng)
-        return delay if time.monotonic() + delay < deadline else None
+        left = deadline - time.monotonic() - self.min_attempt  # the most we may wait
+        if left <= 0:
+            return None
+        return min(self.delay(attempt, rng), left)
 
 
 NO_RETRY = RetryPolicy(attempts=1)
+
+
+OnRetry = Callable[[TranslationError, float], None]
+"""Called before each retry with the error that failed the attempt and the seconds it waits."""
 
 
 class _Attempts:
     """The attempts of one call under one deadline: ``next()`` before each (the time left),
     ``backoff(error)`` after a failure (how long to wait, or the final TranslationError)."""
 
-    def __init__(self, policy: RetryPolicy, timeout: float, rng: random.Random) -> None:
+    def __init__(self, policy: RetryPolicy, timeout: float, rng: random.Random,
+                 on_retry: OnRetry | None = None) -> None:
         self.policy = policy
         self.deadline = time.monotonic() + timeout
         self.rng = rng
+        self.on_retry = on_retry
         self.count = 0
 
     def next(self) -> float:
@@ -116,6 +133,8 @@ class _Attempts:
         delay = self.policy.next_delay(error, self.count, self.deadline, self.rng)
         if delay is None:
             raise TranslationError.from_rpc(error, self.count) from None
+        if self.on_retry:
+            self.on_retry(TranslationError.from_rpc(error, self.count), delay)
         return delay
 
 
@@ -179,8 +198,13 @@ class Connection:
 
     @property
     def channel_options(self) -> list[tuple[str, int]]:
+        # gRPC's own reconnect backoff grows to 120 s by default, and a call on a channel
+        # waiting out that backoff fails at once: capped at 1 s, retries reach a restarted
+        # server within about a second of its return.
         return [("grpc.max_receive_message_length", self.max_message_bytes),
-                ("grpc.max_send_message_length", self.max_message_bytes)]
+                ("grpc.max_send_message_length", self.max_message_bytes),
+                ("grpc.initial_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 1000)]
 
     def credentials(self) -> grpc.ChannelCredentials | None:
         if not (self.tls or self.tls_ca or self.tls_cert):
@@ -208,7 +232,8 @@ class TranslatorClient:
     """Blocking client; safe to share between threads."""
 
     def __init__(self, addresses: str | Sequence[str] | None = None, *, connection: Connection | None = None,
-                 token: str | None = None, timeout: float = 60.0, retry: RetryPolicy = RetryPolicy()) -> None:
+                 token: str | None = None, timeout: float = 60.0, retry: RetryPolicy = RetryPolicy(),
+                 on_retry: OnRetry | None = None) -> None:
         conn = connection or Connection(addresses=tuple(parse_addresses(addresses)), token=token)
         creds = conn.credentials()
         make = (lambda a: grpc.secure_channel(a, creds, options=conn.channel_options)) if creds else \
@@ -216,11 +241,12 @@ class TranslatorClient:
         self.connection = conn
         self.timeout = timeout
         self.retry = retry
+        self.on_retry = on_retry
         self._rr = _RoundRobin([make(a) for a in conn.addresses])
         self._rng = random.Random()
 
     def _unary(self, method: str, request, timeout: float | None):
-        attempts = _Attempts(self.retry, timeout or self.timeout, self._rng)
+        attempts = _Attempts(self.retry, timeout or self.timeout, self._rng, self.on_retry)
         while True:
             stub, remaining = self._rr.next(), attempts.next()
             try:
@@ -270,7 +296,8 @@ class AsyncTranslatorClient:
     """asyncio client (grpc.aio); create and use it inside one running event loop."""
 
     def __init__(self, addresses: str | Sequence[str] | None = None, *, connection: Connection | None = None,
-                 token: str | None = None, timeout: float = 60.0, retry: RetryPolicy = RetryPolicy()) -> None:
+                 token: str | None = None, timeout: float = 60.0, retry: RetryPolicy = RetryPolicy(),
+                 on_retry: OnRetry | None = None) -> None:
         conn = connection or Connection(addresses=tuple(parse_addresses(addresses)), token=token)
         creds = conn.credentials()
         make = (lambda a: grpc.aio.secure_channel(a, creds, options=conn.channel_options)) if creds else \
@@ -278,11 +305,12 @@ class AsyncTranslatorClient:
         self.connection = conn
         self.timeout = timeout
         self.retry = retry
+        self.on_retry = on_retry
         self._rr = _RoundRobin([make(a) for a in conn.addresses])
         self._rng = random.Random()
 
     async def _unary(self, method: str, request, timeout: float | None):
-        attempts = _Attempts(self.retry, timeout or self.timeout, self._rng)
+        attempts = _Attempts(self.retry, timeout or self.timeout, self._rng, self.on_retry)
         while True:
             stub, remaining = self._rr.next(), attempts.next()
             try:

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from clients.client import NO_RETRY, AsyncTranslatorClient, Connection, TranslationError, parse_addresses
+from clients.credentials import add_token_arguments, resolve_token
 
 
 @dataclass(frozen=True)
@@ -197,9 +198,9 @@ def format_row(r: LevelResult) -> str:
             f"p99 {lat['p99']:7.1f} max {lat['max']:7.1f} ms | errors: {errors}{extra}")
 
 
-async def run(args: argparse.Namespace, sentences: list[str]) -> list[LevelResult]:
+async def run(args: argparse.Namespace, sentences: list[str], token: str | None = None) -> list[LevelResult]:
     conn = Connection(addresses=tuple(parse_addresses(args.address or os.environ.get("NMT_ADDRESS"))),
-                      token=args.token, tls_ca=args.tls_ca)
+                      token=token, tls_ca=args.tls_ca)
     levels = [("closed", float(c)) for c in args.concurrency] + [("open", r) for r in args.rate]
     results: list[LevelResult] = []
     deadline = time.monotonic() + args.max_total
@@ -258,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=int, default=1)
     p.add_argument("--timeout", type=float, default=30.0, help="deadline of each request, seconds")
     p.add_argument("--seed", type=int, default=0, help="open-loop arrival times")
-    p.add_argument("--token", default=os.environ.get("NMT_TOKEN"))
+    add_token_arguments(p)
     p.add_argument("--tls-ca", type=Path)
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--png", type=Path, help="draw throughput against latency here")
@@ -280,7 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     if not sentences:
         print("nmt-loadtest: no sentences to send", file=sys.stderr)
         return 2
-    results = asyncio.run(run(args, sentences))
+    try:
+        token = resolve_token(args)
+    except ValueError as e:
+        print(f"nmt-loadtest: {e}", file=sys.stderr)
+        return 2
+    results = asyncio.run(run(args, sentences, token))
     report = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                          if k not in ("token",)},
               "sentences": len(sentences), "levels": [asdict(r) for r in results]}

@@ -7,11 +7,16 @@
     nmt-translate -s en -t de --attention-png attn.png "Jesus wept."
 
 Files keep their line count and order exactly: an empty line stays empty, and a line that
-cannot be translated (too long for the model, say) is reported on stderr and in
-OUTPUT.errors.tsv and left empty in the output, never dropped. Lines go in batches with
-several requests in flight. Output is written in order to OUTPUT.partial as lines finish and
-renamed to OUTPUT at the end, so an interrupted run loses nothing and ``--resume`` translates
-only what is left. Exit status: 0 done; 3 done but some lines failed; 1 stopped (server
+cannot be translated (too long for the model, say) is left empty in the output, never
+dropped, and reported on stderr and in OUTPUT.errors.tsv (line, code, message; a row is
+appended as its line is written). Lines go in batches with several requests in flight.
+Output is written in order to OUTPUT.partial as soon as the lines before it are done, and
+renamed to OUTPUT at the end, so an interrupted (even killed) run loses nothing and
+``--resume`` translates only what is left, keeping the failures already listed. A server
+that is unavailable or busy (restarting, say) is retried until --timeout is used up. The
+server's bearer token comes from --auth-token-file or $NMT_AUTH_TOKEN (--auth-token works
+too, but other users of the machine can read it in the process list). Exit status: 0 done;
+3 done but some lines failed (in this run or the one it resumed); 1 stopped (server
 unreachable, interrupted: resume later); 2 bad usage.
 """
 
@@ -20,24 +25,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import heapq
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import grpc
 
 from clients.client import (
     AsyncTranslatorClient,
     Connection,
-    RetryPolicy,
+    OnRetry,
     Translation,
     TranslationError,
     TranslatorClient,
     parse_addresses,
 )
+from clients.credentials import add_token_arguments, resolve_token
 from clients.progress import Progress
 
 EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_FAILED_LINES = 0, 1, 2, 3
@@ -96,95 +105,109 @@ def format_translation(t: Translation | None, nbest: int) -> str:
 
 
 class FileTranslator:
-    """Translates lines[start:] in batches with ``job.in_flight`` requests open, and hands the
-    results to ``emit`` strictly in line order."""
+    """Translates lines[start:] with ``job.in_flight`` requests open and hands each line's result
+    to ``emit`` strictly in line order, as soon as every line before it is done.
 
-    def __init__(self, client: AsyncTranslatorClient, job: Job, max_chars: int, max_texts: int) -> None:
+    ``job.in_flight`` workers share the work, earliest lines first: the lines of a batch that the
+    server rejected (INVALID_ARGUMENT: one bad line rejects its whole batch, so each of its lines
+    goes again alone to find it) before the next batch. No batch starts ``ahead`` lines or more
+    past the first line not yet emitted, which bounds the finished lines held in memory while an
+    earlier request is slow (to ``ahead + batch``)."""
+
+    def __init__(self, client: AsyncTranslatorClient, job: Job, max_chars: int, max_texts: int,
+                 ahead: int | None = None) -> None:
         self.client = client
         self.job = job
         self.max_chars = max_chars
         self.batch = max(1, min(job.batch_lines, max_texts or job.batch_lines))
-        self.failures: list[Failure] = []
+        self.ahead = ahead or max(256, 4 * job.in_flight * self.batch)
+        self.failures: list[Failure] = []  # of the lines emitted so far, in line order
+        self.most_held = 0  # the most finished lines that waited at once for an earlier one
 
-    async def run(self, lines: list[str], start: int, emit: Callable[[int, Translation | None], None],
+    async def run(self, lines: list[str], start: int, emit: Callable[[int, Translation | None, Failure | None], None],
                   progress: Progress) -> None:
-        ready: dict[int, Translation | None] = {}
-        next_out = start
+        n = len(lines)
+        ready: dict[int, tuple[Translation | None, Failure | None]] = {}
+        next_out = start  # the first line not emitted yet
+        pos = start  # the first line no worker has taken yet
+        singles: list[int] = []  # heap: lines of rejected batches, to send one by one
+        changed = asyncio.Event()  # a line settled or singles grew: waiting workers look again
 
-        def settle(i: int, t: Translation | None) -> None:
+        def settle(i: int, t: Translation | None, failure: Failure | None = None) -> None:
             nonlocal next_out
-            ready[i] = t
+            ready[i] = (t, failure)
             while next_out in ready:
-                emit(next_out, ready.pop(next_out))
+                t, f = ready.pop(next_out)
+                if f:
+                    self.failures.append(f)
+                emit(next_out, t, f)
                 next_out += 1
                 progress.update(done=1)
+            self.most_held = max(self.most_held, len(ready))
+            changed.set()
 
-        window = asyncio.Semaphore(self.job.in_flight)
-        tasks: set[asyncio.Task] = set()
-        stop: list[BaseException] = []
-
-        async def one(indices: list[int]) -> None:
-            try:
-                for i, t in zip(indices, await self._translate(lines, indices)):
-                    settle(i, t)
-                progress.update(counted=len(indices))
-            except BaseException as e:  # handed to the main loop, which stops the run
-                stop.append(e)
-            finally:
-                window.release()
+        def take() -> list[int] | None:
+            """The next lines to send, or None when there is nothing to start now. Lines that
+            need no round trip (blank, or longer than the server takes) settle on the way."""
+            nonlocal pos
+            if singles:
+                return [heapq.heappop(singles)]
+            batch: list[int] = []
+            if pos - next_out >= self.ahead:
+                return None
+            while pos < n and len(batch) < self.batch and pos - next_out < self.ahead + self.batch:
+                i, text = pos, lines[pos]
+                pos += 1
+                if not text.strip():
+                    settle(i, None)
+                elif self.max_chars and len(text) > self.max_chars:
+                    settle(i, None, Failure(i + 1, "INVALID_ARGUMENT",
+                                            f"{len(text)} characters; the limit is {self.max_chars}"))
+                else:
+                    batch.append(i)
+            return batch or None
 
         async def send(indices: list[int]) -> None:
-            await window.acquire()
-            if stop:
-                window.release()
+            texts = [lines[i] for i in indices]
+            try:
+                result = await self.client.translate(texts, self.job.source, self.job.target, model=self.job.model,
+                                                     timeout=self.job.timeout, **self.job.options)
+            except TranslationError as e:
+                if e.code != grpc.StatusCode.INVALID_ARGUMENT:
+                    raise
+                if len(indices) == 1:
+                    settle(indices[0], None, Failure(indices[0] + 1, e.code.name, _strip_index(e.details)))
+                else:
+                    for i in indices:
+                        heapq.heappush(singles, i)
+                    changed.set()
                 return
-            task = asyncio.create_task(one(indices))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            if len(result) != len(indices):
+                raise TranslationError(grpc.StatusCode.INTERNAL,
+                                       f"the server answered {len(result)} translations for {len(indices)} texts")
+            progress.update(counted=len(indices))
+            for i, t in zip(indices, result):
+                settle(i, t)
 
-        # Lines that need no round trip settle at once; ``settle`` holds them until the
-        # batches before them have been written.
-        batch: list[int] = []
-        for i in range(start, len(lines)):
-            if stop:
-                break
-            text = lines[i]
-            if not text.strip():
-                settle(i, None)
-            elif self.max_chars and len(text) > self.max_chars:  # longer than the server takes
-                self.failures.append(Failure(i + 1, "INVALID_ARGUMENT",
-                                             f"{len(text)} characters; the limit is {self.max_chars}"))
-                settle(i, None)
-            else:
-                batch.append(i)
-                if len(batch) == self.batch:
-                    await send(batch)
-                    batch = []
-        if batch and not stop:
-            await send(batch)
-        while tasks and not stop:
-            await asyncio.wait(set(tasks), return_when=asyncio.FIRST_COMPLETED)
-        for task in list(tasks):
-            task.cancel()
-        if stop:
-            raise stop[0]
+        async def worker() -> None:
+            while next_out < n:
+                indices = take()
+                if indices:
+                    await send(indices)
+                elif next_out < n:  # everything left is in flight elsewhere, or too far ahead
+                    changed.clear()
+                    await changed.wait()
 
-    async def _translate(self, lines: list[str], indices: list[int]) -> list[Translation | None]:
-        texts = [lines[i] for i in indices]
+        workers = [asyncio.create_task(worker()) for _ in range(self.job.in_flight)]
         try:
-            return await self.client.translate(texts, self.job.source, self.job.target, model=self.job.model,
-                                               timeout=self.job.timeout, **self.job.options)
-        except TranslationError as e:
-            if e.code != grpc.StatusCode.INVALID_ARGUMENT:
-                raise
-            if len(indices) == 1:
-                self.failures.append(Failure(indices[0] + 1, e.code.name, _strip_index(e.details)))
-                return [None]
-        # One bad line rejects its whole batch: find it by sending each line alone.
-        out: list[Translation | None] = []
-        for i in indices:
-            out.extend(await self._translate(lines, [i]))
-        return out
+            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
 
 
 def _strip_index(message: str) -> str:
@@ -194,7 +217,11 @@ def _strip_index(message: str) -> str:
 
 # ---------------------------------------------------------------- the output file
 class PartialOutput:
-    """OUTPUT.partial written in order, with OUTPUT.partial.json saying what it is a translation of."""
+    """OUTPUT.partial written in order, with OUTPUT.partial.json saying what it is a translation of,
+    and OUTPUT.errors.tsv (``line<TAB>code<TAB>message``) listing the failed lines among those
+    written, each appended and flushed as its (empty) output line is written. On ``--resume`` the
+    rows of lines that made it into OUTPUT.partial are kept (``earlier_failures``) and the rest
+    dropped: those lines are translated again and report again."""
 
     def __init__(self, output: Path, meta: dict, resume: bool, overwrite: bool) -> None:
         self.output = output
@@ -202,6 +229,7 @@ class PartialOutput:
         self.meta_path = output.with_name(output.name + ".partial.json")
         self.errors_path = output.with_name(output.name + ".errors.tsv")
         self.done = 0
+        self.earlier_failures: list[Failure] = []
         if resume and self.partial.exists():
             old = json.loads(self.meta_path.read_text()) if self.meta_path.exists() else {}
             diff = [k for k in meta if old.get(k) != meta[k]]
@@ -211,6 +239,7 @@ class PartialOutput:
             self.done = self._complete_lines()
             if self.done > meta["lines"]:
                 raise UsageError(f"--resume: {self.partial} has more lines than the input")
+            self.earlier_failures = self._keep_failures(self.done)
         elif self.partial.exists() and not overwrite:
             raise UsageError(f"{self.partial} is left from an interrupted run: continue it with --resume "
                              "or start over with --overwrite")
@@ -219,6 +248,7 @@ class PartialOutput:
             self.errors_path.unlink(missing_ok=True)
         self.meta_path.write_text(json.dumps(meta, indent=1) + "\n")
         self.file = self.partial.open("a", encoding="utf-8", newline="\n")
+        self.errors: TextIO | None = None  # opened at the first failure
 
     def _complete_lines(self) -> int:
         """Lines that end in a newline; a torn last line (the run died mid-write) is cut off."""
@@ -229,21 +259,44 @@ class PartialOutput:
                 f.truncate(end)
         return data.count(b"\n", 0, end)
 
+    def _keep_failures(self, done: int) -> list[Failure]:
+        """The earlier run's failures of lines 1..done (once each); the file is rewritten to hold
+        just those. A torn last row, or a row of a line after ``done``, is dropped."""
+        if not self.errors_path.exists():
+            return []
+        kept: dict[int, Failure] = {}
+        for row in self.errors_path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1]:
+            fields = row.split("\t", 2)
+            if len(fields) == 3 and fields[0].isdigit() and 1 <= int(fields[0]) <= done:
+                kept.setdefault(int(fields[0]), Failure(int(fields[0]), fields[1], fields[2]))
+        failures = sorted(kept.values(), key=lambda x: x.line)
+        if failures:
+            tmp = self.errors_path.with_name(self.errors_path.name + ".tmp")
+            tmp.write_text("".join(_error_row(x) for x in failures), encoding="utf-8")
+            os.replace(tmp, self.errors_path)
+        else:
+            self.errors_path.unlink()
+        return failures
+
     def write(self, line: str) -> None:
         self.file.write(line + "\n")
 
     def flush(self) -> None:
         self.file.flush()
 
-    def record_failures(self, failures: list[Failure]) -> None:
-        if failures:
-            with self.errors_path.open("a", encoding="utf-8") as f:
-                f.writelines(f"{x.line}\t{x.code}\t{x.message}\n" for x in failures)
+    def record_failure(self, failure: Failure) -> None:
+        if self.errors is None:
+            self.errors = self.errors_path.open("a", encoding="utf-8", newline="\n")
+        self.errors.write(_error_row(failure))
+        self.errors.flush()
 
     def finish(self) -> None:
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
+        if self.errors is not None:
+            os.fsync(self.errors.fileno())
+            self.errors.close()
         os.replace(self.partial, self.output)
         self.meta_path.unlink(missing_ok=True)
 
@@ -251,6 +304,13 @@ class PartialOutput:
         if not self.file.closed:
             self.file.flush()
             self.file.close()
+        if self.errors is not None and not self.errors.closed:
+            self.errors.close()
+
+
+def _error_row(x: Failure) -> str:
+    message = x.message.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+    return f"{x.line}\t{x.code}\t{message}\n"
 
 
 # ---------------------------------------------------------------- commands
@@ -277,27 +337,32 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
         lines = split_lines(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise UsageError(f"{args.input or 'stdin'} is not UTF-8 text: {e}") from None
-    with TranslatorClient(connection=conn, timeout=job.timeout) as probe:
+    notice = _retry_notice(job.timeout)
+    with TranslatorClient(connection=conn, timeout=job.timeout, on_retry=notice) as probe:
         max_chars, max_texts = _model_limits(probe, job)
     meta = {"input_sha256": hashlib.sha256(raw).hexdigest(), "lines": len(lines), "source": job.source,
             "target": job.target, "model": job.model, "beam_size": job.beam_size, "nbest": job.nbest}
     out = PartialOutput(Path(args.output), meta, args.resume, args.overwrite) if args.output else None
     start = out.done if out else 0
     quiet = args.quiet
+    earlier = out.earlier_failures if out else []
     if out and start and not quiet:
-        print(f"resuming: {start} of {len(lines)} lines already translated; translating the other "
+        failed = f" ({len(earlier)} of them failed, listed in {out.errors_path})" if earlier else ""
+        print(f"resuming: {start} of {len(lines)} lines already done{failed}; translating the other "
               f"{len(lines) - start}", file=sys.stderr)
     progress = Progress(len(lines) - start, enabled=not quiet)
 
-    def emit(_: int, t: Translation | None) -> None:
+    def emit(_: int, t: Translation | None, failure: Failure | None) -> None:
         line = format_translation(t, job.nbest)
         if out:
             out.write(line)
+            if failure:
+                out.record_failure(failure)
         else:
             sys.stdout.write(line + "\n")
 
     async def run() -> FileTranslator:
-        async with AsyncTranslatorClient(connection=conn, timeout=job.timeout, retry=RetryPolicy(attempts=6)) as c:
+        async with AsyncTranslatorClient(connection=conn, timeout=job.timeout, on_retry=notice) as c:
             translator = FileTranslator(c, job, max_chars, max_texts)
             flusher = asyncio.create_task(_flush_every(out or sys.stdout, 0.5))
             try:
@@ -305,8 +370,6 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
             finally:
                 flusher.cancel()
                 (out or sys.stdout).flush()
-                if out:
-                    out.record_failures(translator.failures)
             return translator
 
     try:
@@ -324,7 +387,7 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
     progress.close()
     if out:
         out.finish()
-    failures = sorted(translator.failures, key=lambda x: x.line)
+    failures = earlier + translator.failures  # both in line order, the earlier run's lines first
     if failures:
         where = f" (all listed in {out.errors_path})" if out else ""
         print(f"{len(failures)} line(s) could not be translated and were left empty{where}:", file=sys.stderr)
@@ -334,6 +397,21 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
             print(f"  ... and {len(failures) - 20} more", file=sys.stderr)
         return EXIT_FAILED_LINES
     return EXIT_OK
+
+
+def _retry_notice(timeout: float, every: float = 10.0) -> OnRetry:
+    """A line on stderr when a call is retried (at most one every ``every`` seconds), so that a
+    wait for a restarting server (or a wrong address) does not pass in silence."""
+    last = -every
+
+    def notice(error: TranslationError, _delay: float) -> None:
+        nonlocal last
+        if time.monotonic() - last >= every:
+            last = time.monotonic()
+            print(f"nmt-translate: {error}; retrying until the --timeout of {timeout:g} s is used up",
+                  file=sys.stderr, flush=True)
+
+    return notice
 
 
 async def _flush_every(stream, seconds: float) -> None:
@@ -346,7 +424,7 @@ def translate_texts(args: argparse.Namespace, conn: Connection, job: Job) -> int
     attention = bool(args.attention_png)
     if attention and len(args.texts) != 1:
         raise UsageError("--attention-png draws one sentence: give exactly one text")
-    with TranslatorClient(connection=conn, timeout=job.timeout) as client:
+    with TranslatorClient(connection=conn, timeout=job.timeout, on_retry=_retry_notice(job.timeout)) as client:
         try:
             result = client.translate(args.texts, job.source, job.target, model=job.model, timeout=job.timeout,
                                       return_attention=attention, **job.options)
@@ -381,8 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nbest", type=int, default=1, help="hypotheses per line, written as text<TAB>score columns")
     p.add_argument("--batch-lines", type=int, default=32, help="lines per request")
     p.add_argument("--in-flight", type=int, default=4, help="requests open at once")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request, retries included")
-    p.add_argument("--token", default=os.environ.get("NMT_TOKEN"), help="bearer token (default $NMT_TOKEN)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request, retries included: a "
+                   "server that is unavailable or busy is retried (backoff up to 2 s) until this is used up")
+    add_token_arguments(p)
     p.add_argument("--tls-ca", type=Path, help="CA certificate: connect with TLS")
     p.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
     p.add_argument("--tls-key", type=Path, help="client key, for mutual TLS")
@@ -402,7 +481,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.nbest > args.beam and args.beam > 1:
             raise UsageError(f"--nbest {args.nbest} is more than --beam {args.beam}")
         addresses = parse_addresses(args.address or os.environ.get("NMT_ADDRESS"))
-        conn = Connection(addresses=tuple(addresses), token=args.token, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
+        try:
+            token = resolve_token(args)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        conn = Connection(addresses=tuple(addresses), token=token, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
                           tls_key=args.tls_key)
         job = Job(args.source, args.target, args.model, args.beam, args.nbest, args.batch_lines, args.in_flight,
                   args.timeout)

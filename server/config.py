@@ -40,7 +40,7 @@ class ServerConfig:
     tls_client_ca: str = ""  # set: clients must present a certificate signed by it (mutual TLS)
     auth_token: str = ""  # set: every RPC but health needs "authorization: Bearer <token>"
     auth_token_file: str = ""  # the token read from a file (a flag's value shows in the process list)
-    max_concurrent_rpcs: int = 2048  # beyond it a call gets RESOURCE_EXHAUSTED at once
+    max_concurrent_rpcs: int = 1024  # beyond it a call gets RESOURCE_EXHAUSTED at once (health included)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:

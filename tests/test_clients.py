@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +29,8 @@ from clients.client import (
 )
 from clients.loadtest import main as loadtest_main
 from clients.loadtest import percentile
-from clients.translate_file import format_translation, split_lines
+from clients.progress import Progress
+from clients.translate_file import FileTranslator, Job, format_translation, split_lines
 from clients.translate_file import main as translate_main
 from tests.server_harness import TEXTS, ServerThread
 
@@ -136,7 +140,7 @@ def test_retries_stop_at_the_deadline():
 
 
 def test_resource_exhausted_is_retried(tiny_package):
-    busy = ServerThread(tiny_package, max_queue=1, max_batch_rows=1)
+    busy = ServerThread(tiny_package, max_queue=1, max_batch_rows=1, max_texts=1, max_beam=1)
     try:
         async def go() -> tuple[list, list]:
             async with AsyncTranslatorClient(busy.address, retry=RetryPolicy(attempts=50, initial_backoff=0.02,
@@ -174,6 +178,61 @@ def test_parse_addresses():
     assert parse_addresses(["a:1,b:2", " c:3 "]) == ["a:1", "b:2", "c:3"]
     with pytest.raises(ValueError, match="no server address"):
         parse_addresses(",")
+
+
+class _Unavailable(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+
+def test_retry_policy_backs_off_capped_until_the_deadline():
+    policy, rng = RetryPolicy(), random.Random(0)
+    far = time.monotonic() + 100
+    assert 0.05 <= policy.next_delay(_Unavailable(), 1, far, rng) <= 0.1
+    waits = [policy.next_delay(_Unavailable(), n, far, rng) for n in range(2, 200)]
+    assert all(w is not None and w <= policy.max_backoff for w in waits)  # no attempt limit, only the deadline
+    assert max(waits) > policy.max_backoff / 2
+    # The last wait is cut so that one more attempt fits; then the call gives up.
+    assert policy.next_delay(_Unavailable(), 50, time.monotonic() + 0.5, rng) <= 0.4
+    assert policy.next_delay(_Unavailable(), 50, time.monotonic() + 0.05, rng) is None
+    assert policy.next_delay(_Unavailable(grpc.StatusCode.RESOURCE_EXHAUSTED), 9, far, rng) is not None
+    assert policy.next_delay(_Unavailable(grpc.StatusCode.INVALID_ARGUMENT), 1, far, rng) is None
+    assert RetryPolicy(attempts=3).next_delay(_Unavailable(), 3, far, rng) is None
+    assert RetryPolicy(attempts=1).next_delay(_Unavailable(), 1, far, rng) is None
+
+
+def _restart_later(package: Path, port: int, after: float, started: list[ServerThread]) -> threading.Thread:
+    def go() -> None:
+        time.sleep(after)
+        started.append(ServerThread(package, port=port))
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_call_rides_out_a_server_restart_within_its_timeout(tiny_package):
+    first = ServerThread(tiny_package)
+    second: list[ServerThread] = []
+    try:
+        heard: list[grpc.StatusCode] = []
+        with TranslatorClient(first.address, on_retry=lambda e, _: heard.append(e.code)) as c:
+            [before] = c.translate(["Jesus wept."], "en", "de")
+            first.stop()
+            restarter = _restart_later(tiny_package, first.port, 3.0, second)
+            start = time.monotonic()
+            [after] = c.translate(["Jesus wept."], "en", "de", timeout=15)
+            took = time.monotonic() - start
+        restarter.join(30)
+        assert after == before
+        assert 3.0 <= took < 15.0
+        assert set(heard) == {grpc.StatusCode.UNAVAILABLE}  # on_retry heard every retry
+    finally:
+        for s in second:
+            s.stop()
 
 
 # ---------------------------------------------------------------- nmt-translate: files
@@ -299,6 +358,253 @@ def test_nbest_is_tsv_and_bad_pair_fails_before_sending(server, tmp_path, capsys
     assert len(rows[0].split("\t")) == 4 and float(rows[0].split("\t")[1]) < 0
     assert translate_main(["-s", "en", "-t", "fr", "-i", str(src), "-o", str(out), "--address", server.address]) == 2
     assert "language pair en-fr is not served by model 'tiny'; it serves: en-de, de-en" in capsys.readouterr().err
+
+
+def _as_left_by_a_kill(d: Path, lines: list[str], partial: str, errors: str) -> Path:
+    """in.txt, and what a killed run leaves next to out.txt: the partial output, its description
+    and the errors so far. Returns in.txt."""
+    d.mkdir()
+    raw = ("\n".join(lines) + "\n").encode()
+    (d / "in.txt").write_bytes(raw)
+    (d / "out.txt.partial").write_text(partial)
+    (d / "out.txt.partial.json").write_text(json.dumps(
+        {"input_sha256": hashlib.sha256(raw).hexdigest(), "lines": len(lines), "source": "en", "target": "de",
+         "model": "", "beam_size": 1, "nbest": 1}))
+    (d / "out.txt.errors.tsv").write_text(errors)
+    return d / "in.txt"
+
+
+def test_resume_keeps_the_earlier_failures_once_and_exits_3(server, client, tmp_path, capsys):
+    row2 = f"2\tINVALID_ARGUMENT\t{MAX_CHARS + 1} characters; the limit is {MAX_CHARS}\n"
+    lines = [TEXTS[0], "x" * (MAX_CHARS + 1), TEXTS[5], TEXTS[2], TEXTS[1], TEXTS[3]]
+    want = [client.translate([x], "en", "de")[0].text if len(x) <= MAX_CHARS else "" for x in lines]
+    # Only the killed run had a failure: the exit status still says so, and the list keeps it.
+    src = _as_left_by_a_kill(tmp_path / "a", lines, "\n".join(want[:3]) + "\n", row2)
+    out = tmp_path / "a" / "out.txt"
+    assert translate_main(["-s", "en", "-t", "de", "-i", str(src), "-o", str(out), "--address", server.address,
+                           "--resume", "-q"]) == 3
+    assert (tmp_path / "a" / "out.txt.errors.tsv").read_text() == row2
+    assert split_lines(out.read_text(encoding="utf-8")) == want
+    capsys.readouterr()
+
+    # Failures before and after the point of the kill. The partial output has 3 complete
+    # lines and a torn 4th; the errors list has line 2 twice, a row of a line past the partial
+    # output (its line is translated again) and a torn row.
+    lines[4] = "x" * (MAX_CHARS + 2)
+    want[4] = ""
+    src = _as_left_by_a_kill(tmp_path / "b", lines, "\n".join(want[:3]) + "\n" + want[3][:2],
+                             row2 + row2 + "5\tINVALID_ARGUMENT\tfrom the killed run\n2\tINV")
+    out = tmp_path / "b" / "out.txt"
+    rc = translate_main(["-s", "en", "-t", "de", "-i", str(src), "-o", str(out), "--address", server.address,
+                         "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 3
+    assert split_lines(out.read_text(encoding="utf-8")) == want
+    assert (tmp_path / "b" / "out.txt.errors.tsv").read_text() == \
+        row2 + f"5\tINVALID_ARGUMENT\t{MAX_CHARS + 2} characters; the limit is {MAX_CHARS}\n"
+    assert "resuming: 3 of 6 lines already done (1 of them failed, listed in" in err
+    assert "2 line(s) could not be translated" in err
+
+
+def test_failures_survive_kill_9_and_resume_lists_each_once(server, big_file, alone, tmp_path):
+    lines = big_file[1][:1000]
+    src, out, partial = tmp_path / "in.txt", tmp_path / "out.txt", tmp_path / "out.txt.partial"
+    errors = tmp_path / "out.txt.errors.tsv"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    failed = [i + 1 for i, x in enumerate(lines) if len(x) > MAX_CHARS or x.startswith("ab ab")]
+    cmd = [sys.executable, "-m", "clients.translate_file", "-s", "en", "-t", "de", "-i", str(src), "-o", str(out),
+           "--address", server.address, "--batch-lines", "4", "--in-flight", "2", "-q"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if partial.exists() and partial.read_bytes().count(b"\n") >= 250:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert not out.exists(), "the run finished before it could be killed"
+    done = partial.read_bytes().count(b"\n")
+    assert 250 <= done < len(lines) and failed[0] < done
+    listed = [int(row.split("\t")[0]) for row in errors.read_text().splitlines()]
+    # Every failure up to the partial output's end was listed as it happened (rows run ahead of
+    # the partial output by at most what was not yet flushed when the run died).
+    assert listed == [n for n in failed if n <= listed[-1]] and listed[-1] >= max(n for n in failed if n <= done)
+    assert translate_main(["-s", "en", "-t", "de", "-i", str(src), "-o", str(out), "--address", server.address,
+                           "--batch-lines", "4", "--resume", "-q"]) == 3
+    assert [int(row.split("\t")[0]) for row in errors.read_text().splitlines()] == failed
+    assert split_lines(out.read_text(encoding="utf-8")) == [alone.get(x, "") for x in lines]
+
+
+class _Recording:
+    """A real AsyncTranslatorClient that logs each answer as ("answered", line indices). With
+    ``hold_first``, the first call's answer is held back until the others have stopped for that
+    many seconds (at most 10 s)."""
+
+    def __init__(self, client: AsyncTranslatorClient, lines: list[str], log: list, hold_first: float = 0.0) -> None:
+        self.client, self.log, self.hold_first = client, log, hold_first
+        self.index = {x: i for i, x in enumerate(lines)}
+        self.calls = 0
+
+    async def translate(self, texts, *args, **kwargs):
+        self.calls += 1
+        first = self.calls == 1
+        try:
+            result = await self.client.translate(texts, *args, **kwargs)
+        except TranslationError:
+            if len(texts) == 1:  # a line that failed for good is done too
+                self.log.append(("answered", [self.index[texts[0]]]))
+            raise
+        end, seen = time.monotonic() + 10, -1
+        while first and self.hold_first and len(self.log) != seen and time.monotonic() < end:
+            seen = len(self.log)
+            await asyncio.sleep(self.hold_first)
+        self.log.append(("answered", [self.index[x] for x in texts]))
+        return result
+
+
+def _replay(log: list, n: int) -> int:
+    """Check that lines were emitted in order, and each as soon as the lines before it were
+    done: before the next answer is logged. Returns the most lines held (done, not emitted)."""
+    done: set[int] = set()
+    emitted = held = 0
+    for kind, what in log:
+        if kind == "emit":
+            assert what == emitted
+            emitted += 1
+            continue
+        ready = emitted
+        while ready in done:
+            ready += 1
+        assert emitted == ready, f"lines {emitted}..{ready - 1} were done but not written"
+        held = max(held, len(done) - emitted)
+        done.update(what)
+    assert emitted == n == len(done)
+    return held
+
+
+def _run_file_translator(server: ServerThread, lines: list[str], job: Job, hold_first: float = 0.0,
+                         ahead: int | None = None) -> tuple[list, FileTranslator]:
+    log: list = []
+
+    async def go() -> FileTranslator:
+        async with AsyncTranslatorClient(server.address) as c:
+            translator = FileTranslator(_Recording(c, lines, log, hold_first), job, MAX_CHARS, 32, ahead=ahead)
+            await translator.run(lines, 0, lambda i, t, f: log.append(("emit", i)), Progress(0, enabled=False))
+            return translator
+
+    return log, asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def verses(toy_corpus) -> list[str]:
+    """Distinct short verses."""
+    rows = [line.split("\t")[0] for line in toy_corpus["copy_en"].read_text().splitlines()]
+    return [x for x in dict.fromkeys(rows) if len(x) <= MAX_CHARS]
+
+
+def test_a_batch_split_line_by_line_writes_each_line_as_soon_as_it_can(server, verses):
+    over_tokens = " ".join(["ab"] * 90)  # few enough characters, too many tokens: the server rejects its batch
+    lines = [*verses[:2], over_tokens, *verses[2:30], over_tokens + " ab", *verses[30:60]]
+    log, translator = _run_file_translator(server, lines, Job("en", "de", batch_lines=8, in_flight=2))
+    _replay(log, len(lines))
+    assert [(f.line, f.code) for f in translator.failures] == [(3, "INVALID_ARGUMENT"), (32, "INVALID_ARGUMENT")]
+    assert translator.failures[0].message.endswith("tokens; the limit is 64")
+
+
+def test_finished_lines_held_in_memory_are_bounded(server, verses):
+    """The first batch is slow to answer: the others run ahead, but start no batch 16 or more
+    lines past it; then they wait."""
+    lines = verses[:120]
+    log, translator = _run_file_translator(server, lines, Job("en", "de", batch_lines=4, in_flight=3),
+                                           hold_first=1.0, ahead=16)
+    assert _replay(log, len(lines)) == translator.most_held == 12  # lines 5-16 waited for lines 1-4
+
+
+def test_file_client_rides_out_a_server_restart(tiny_package, big_file, alone, tmp_path, capsys):
+    """The server goes away in the middle of a file and is back 3 s later: the run goes on."""
+    first = ServerThread(tiny_package)
+    lines = [x for x in big_file[1] if x in alone][:600]
+    src, out, partial = tmp_path / "in.txt", tmp_path / "out.txt", tmp_path / "out.txt.partial"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    second: list[ServerThread] = []
+    stopped_at: list[int] = []
+
+    def stop_then_restart() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (partial.exists() and partial.read_bytes().count(b"\n") >= 100):
+            time.sleep(0.01)
+        first.stop()
+        stopped_at.append(partial.read_bytes().count(b"\n") if partial.exists() else -1)
+        time.sleep(3.0)
+        second.append(ServerThread(tiny_package, port=first.port))
+
+    thread = threading.Thread(target=stop_then_restart, daemon=True)
+    thread.start()
+    try:
+        rc = translate_main(["-s", "en", "-t", "de", "-i", str(src), "-o", str(out), "--address", first.address,
+                             "--batch-lines", "4", "--in-flight", "2", "--timeout", "20", "-q"])
+        thread.join(30)
+        assert rc == 0, capsys.readouterr().err
+        assert "; retrying until the --timeout of 20 s is used up" in capsys.readouterr().err
+        assert 100 <= stopped_at[0] < len(lines), "the server stopped before the run began or after it ended"
+        assert split_lines(out.read_text(encoding="utf-8")) == [alone[x] for x in lines]
+    finally:
+        for s in second:
+            s.stop()
+
+
+# ---------------------------------------------------------------- the bearer token
+@pytest.fixture(scope="module")
+def guarded(tiny_package):
+    s = ServerThread(tiny_package, auth_token="s3cret")
+    yield s
+    s.stop()
+
+
+def test_token_from_a_file_or_the_environment(guarded, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("NMT_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("NMT_TOKEN", raising=False)
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    cmd = ["-s", "en", "-t", "de", "--address", guarded.address, "Jesus wept."]
+    assert translate_main(cmd) == 1
+    assert "UNAUTHENTICATED" in capsys.readouterr().err
+    assert translate_main([*cmd, "--auth-token-file", str(token_file)]) == 0
+    assert translate_main([*cmd, "--auth-token", "s3cret"]) == 0
+    assert translate_main([*cmd, "--token", "s3cret"]) == 0
+    capsys.readouterr()
+    (tmp_path / "empty").write_text("\n")
+    assert translate_main([*cmd, "--auth-token-file", str(tmp_path / "empty")]) == 2
+    assert translate_main([*cmd, "--auth-token-file", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "must hold the token on one line" in err and "cannot read" in err
+    with pytest.raises(SystemExit) as e:
+        translate_main([*cmd, "--auth-token-file", str(token_file), "--auth-token", "s3cret"])
+    assert e.value.code == 2
+    monkeypatch.setenv("NMT_AUTH_TOKEN", "s3cret")
+    assert translate_main(cmd) == 0
+    assert translate_main([*cmd, "--auth-token", "wrong"]) == 1  # the flag wins over the environment
+
+    monkeypatch.delenv("NMT_AUTH_TOKEN")
+    src = tmp_path / "s.txt"
+    src.write_text("Jesus wept.\n")
+    report = tmp_path / "r.json"
+    assert loadtest_main(["--address", guarded.address, "-s", "en", "-t", "de", "--input", str(src),
+                          "--concurrency", "1", "--duration", "0.3", "--warmup", "0", "--json", str(report),
+                          "--auth-token-file", str(token_file)]) == 0
+    assert json.loads(report.read_text())["levels"][0]["errors"] == {}
+    assert "s3cret" not in report.read_text()
+
+
+def test_help_says_where_the_token_can_come_from():
+    from clients.loadtest import build_parser as loadtest_parser
+    from clients.translate_file import build_parser as translate_parser
+
+    for parser in (translate_parser(), loadtest_parser()):
+        text = " ".join(parser.format_help().split())
+        assert "--auth-token-file PATH" in text and "$NMT_AUTH_TOKEN" in text
+        assert "--auth-token TOKEN, --token TOKEN the bearer token itself. Visible to other users of this " \
+               "machine in the process list" in text
 
 
 def test_format_translation():
