@@ -260,7 +260,7 @@ def test_a_malformed_message_in_a_stream_is_answered_in_band_and_the_stream_goes
 
 def test_calls_past_their_deadline_are_counted_as_deadline_exceeded(server, stub):
     before = _metric(server, 'nmt_requests_total{code="DEADLINE_EXCEEDED",method="Translate"}')
-    code, _ = code_and_details(lambda: stub.Translate(request(*[TEXTS[4]] * 8, beam_size=8), timeout=0.05))
+    code, _ = code_and_details(lambda: stub.Translate(request(*[TEXTS[4]] * 16, beam_size=8), timeout=0.01))
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
     _wait_until(lambda: _metric(server, 'nmt_requests_total{code="DEADLINE_EXCEEDED",method="Translate"}')
                 == before + 1)  # was counted CANCELLED
