@@ -1,0 +1,147 @@
+"""int8 quantization: the per-row scheme exactly, and a text's output independent of its batch."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from export.package import ModelPackage
+from export.quantize import SIGNED_MAX, TINY_SCALE, UNSIGNED_MAX, quantize_weight, to_int8
+from server.decoding import DecodeOptions, Job, decode_all, default_max_len
+from server.runtime import CPU_DISABLED_FUSIONS, Runtime, RuntimeOptions
+from training import checkpoint as ckpt_io
+from training.data import clean, load_bible, split_of
+
+K, F = 16, 24  # the little graph's width and hidden width
+
+
+def ffn_graph(path: Path, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """x -> MatMul W1 + b1 -> Relu -> MatMul W2 + b2 (the shape of a Transformer FFN), opset
+    18 as exported; its weights by name."""
+    w = {"w1": rng.standard_normal((K, F)), "b1": rng.standard_normal(F), "w2": rng.standard_normal((F, K)),
+         "b2": rng.standard_normal(K)}
+    w = {k: v.astype(np.float32) for k, v in w.items()}
+    w["w1"][:, 0] = 1.0  # a column quantized to the largest weight everywhere: the worst case for int16 sums
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["o"], name="fc2"), helper.make_node("Add", ["o", "b2"], ["y"])]
+    graph = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "T", K])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "T", K])],
+                              [numpy_helper.from_array(v, k) for k, v in w.items()])
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return w
+
+
+def session(path: Path) -> ort.InferenceSession:
+    """Optimised as the server's runtime does (fusions included: they must keep the scheme)."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=CPU_DISABLED_FUSIONS)
+
+
+def reference_linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, unsigned: bool) -> np.ndarray:
+    """The scheme in numpy: one scale per row, the integer product exact (no int16 saturation)."""
+    top = np.float32(1 / UNSIGNED_MAX if unsigned else 1 / SIGNED_MAX)
+    scale = np.maximum(np.abs(x).max(axis=-1, keepdims=True) * top, np.float32(TINY_SCALE))
+    q = np.round(x / scale)  # half to even, as QuantizeLinear
+    w_q, w_scale = quantize_weight(w)
+    acc = q.astype(np.int64) @ w_q.astype(np.int64)
+    return (acc * w_scale.astype(np.float64) * scale + b).astype(np.float32)
+
+
+def test_int8_products_are_the_per_row_scheme_in_any_batch(tmp_path):
+    rng = np.random.default_rng(0)
+    w = ffn_graph(tmp_path / "ffn.onnx", rng)
+    to_int8(tmp_path / "ffn.onnx", tmp_path / "ffn.int8.onnx")
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "ffn.int8.onnx")).graph.node]
+    assert ops.count("MatMulIntegerToFloat") == 2 and "MatMul" not in ops
+    x = rng.standard_normal((4, 3, K)).astype(np.float32) * np.array([0.01, 1, 30, 1000], np.float32)[:, None, None]
+    x[1, 0] = 0.0  # an all-zero row: its products are exactly the bias
+    x[2, 1] = 7.0  # every element at the row's maximum: uint8 255 against weights of 63 (no saturation)
+    y = session(tmp_path / "ffn.int8.onnx").run(None, {"x": x})[0]
+    hidden = np.maximum(reference_linear(x, w["w1"], w["b1"], unsigned=False), 0)
+    want = reference_linear(hidden, w["w2"], w["b2"], unsigned=True)
+    assert np.isfinite(y).all() and np.abs(y - want).max() <= 1e-5 * np.abs(want).max()
+    # Each row alone gives the bits it gives in the batch.
+    sess = session(tmp_path / "ffn.int8.onnx")
+    alone = np.stack([np.stack([sess.run(None, {"x": x[i:i + 1, t:t + 1]})[0][0, 0] for t in range(3)])
+                      for i in range(4)])
+    assert np.array_equal(alone, y)
+
+
+def _texts() -> list[tuple[str, str]]:
+    """(text, target language): verses of both languages of very different lengths, and text
+    far from the training data (digits, capitals, one repeated word), whose activations
+    differ most from the rest of a batch."""
+    verses = {code: [clean(t) for k, t in sorted(load_bible(code).items()) if split_of(k) == "dev"]
+              for code in ("4", "e")}
+    texts = [(verses["4"][i], "de") for i in (0, 3, 7, 12, 20, 33)]
+    texts += [(verses["e"][i], "en") for i in (1, 4, 9, 15, 27)]
+    texts += [("Jesus wept.", "de"), ("Amen.", "en"), ("1 2 3 4 5 6 7 8 9 10 11 12", "de"),
+              ("AND THE WORD WAS GOD", "de"), ("und und und und und und und und", "en"),
+              ("He said,", "de"), ("Qqqq xxzz !!! ??? ;;; ---", "en")]
+    return texts
+
+
+def _decode(rt: Runtime, sources: list[list[int]]) -> list[list[int]]:
+    """Greedy tokens of the sources decoded together in one batch, by the server's loop."""
+    ids = rt.package.special_ids
+    jobs = [Job(s, DecodeOptions(), max_len=default_max_len(len(s), rt.package.max_target_tokens),
+                bos=ids["bos"], eos=ids["eos"], pad=ids["pad"]) for s in sources]
+    return [nbest[0].tokens for nbest in decode_all(rt, jobs)]
+
+
+def test_int8_output_does_not_depend_on_the_rest_of_the_batch(tiny_package, tiny_checkpoint):
+    """A text decoded inside random mixes of other texts gives exactly the tokens it gets
+    alone (the per-tensor activation scale of the old quantizer broke this)."""
+    tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
+    sources = [tok.encode_source(text, target) for text, target in _texts()]
+    rt = Runtime(ModelPackage.load(tiny_package), RuntimeOptions("cpu", 1, True))
+    assert rt.variant == "int8"
+    alone = [_decode(rt, [s])[0] for s in sources]
+    changed = []
+    for seed in range(6):
+        rng = random.Random(seed)
+        mix = rng.sample(range(len(sources)), rng.randint(2, len(sources)))
+        for i, tokens in zip(mix, _decode(rt, [sources[i] for i in mix])):
+            if tokens != alone[i]:
+                changed.append((seed, i))
+    assert not changed, f"(seed, text) decoded differently inside a batch than alone: {changed}"
+
+
+def test_int8_encoder_and_decoder_rows_are_bit_identical_in_any_batch(tiny_package, tiny_checkpoint):
+    """Each row's encoder outputs (alone and unpadded vs padded in a batch) and decoder-step
+    outputs are the same bits. (fp32 is not held to this: its float products of one row and
+    of many rows take different kernels, which differ in the last bits of the decoder step.)"""
+    tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
+    sources = [tok.encode_source(text, target) for text, target in _texts()]
+    rt = Runtime(ModelPackage.load(tiny_package), RuntimeOptions("cpu", 1, True))
+    width = max(map(len, sources))
+    src = np.zeros((len(sources), width), np.int64)  # right-padded with the pad id 0
+    for i, s in enumerate(sources):
+        src[i, :len(s)] = s
+    cross_k, cross_v = rt.encode(src)
+    layers = range(rt.n_layers)
+    rows = len(sources)
+    tokens = np.arange(10, 10 + rows, dtype=np.int64)[:, None]  # a different input token per row
+    log_probs, new_k, new_v, _ = rt.step(tokens, np.zeros((rows, 1), np.int64), np.zeros((rows, 0), bool), src != 0,
+                                         cross_k, cross_v, [rt.cache(rows, 0, keys=True) for _ in layers],
+                                         [rt.cache(rows, 0) for _ in layers])
+    for i, s in enumerate(sources):
+        one = np.array([s], np.int64)  # alone and unpadded
+        k1, v1 = rt.encode(one)
+        n = len(s)
+        assert all(np.array_equal(a[0], b[i, ..., :n]) for a, b in zip(k1, cross_k))  # keys (H, Dh, S)
+        assert all(np.array_equal(a[0], b[i, :, :n]) for a, b in zip(v1, cross_v))  # values (H, S, Dh)
+        empty_k, empty_v = [rt.cache(1, 0, keys=True) for _ in layers], [rt.cache(1, 0) for _ in layers]
+        lp1, nk1, nv1, _ = rt.step(tokens[i:i + 1], np.zeros((1, 1), np.int64), np.zeros((1, 0), bool), one != 0,
+                                   k1, v1, empty_k, empty_v)
+        assert np.array_equal(lp1[0], log_probs[i])
+        assert all(np.array_equal(a[0], b[i]) for a, b in zip(nk1 + nv1, new_k + new_v))
