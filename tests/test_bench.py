@@ -145,3 +145,22 @@ def test_norm_stability_report_measures_how_much_the_source_is_worth(tmp_path, t
     assert (tmp_path / "norm_stability.png").stat().st_size > 0
     assert -1.0 <= row["encoder_cosine"] <= 1.0
     assert "the source is worth" in capsys.readouterr().out
+
+
+def test_variant_ab_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
+    """bench.variant_ab on the tiny package: quality, invariance and speed rows for each variant."""
+    from bench.variant_ab import main as ab_main
+
+    out, tsv = tmp_path / "ab.json", tmp_path / "test.tsv"
+    tsv.write_text("Jesus wept.\tJesus weinte.\nIn the beginning was the Word.\tIm Anfang war das Wort.\n"
+                   "He said,\tEr sprach:\nAll things were made through him.\tAlle Dinge wurden durch dasselbe.\n"
+                   "Peace be with you.\tFriede euch!\nAmen.\tAmen.\n")
+    assert ab_main(["--checkpoint", str(tiny_checkpoint), "--directions", "en-de", "--input", str(tsv),
+                    "--sentences", "6", "--speed-sentences", "4", "--batch-sizes", "1,4", "--rounds", "1",
+                    "--json", str(out), f"fp32={tiny_package}:fp32", f"int8={tiny_package}:int8"]) == 0
+    result = json.loads(out.read_text())
+    assert [(q["variant"], q["texts"]) for q in result["quality"]] == [("fp32", 6), ("int8", 6)]
+    assert result["quality"][1]["differ_alone"] == 0  # int8's output does not depend on its batch
+    assert [(r["batch_size"], r["variant"]) for r in result["speed"]] == [(1, "fp32"), (1, "int8"), (4, "fp32"),
+                                                                         (4, "int8")]
+    assert "greedy batch" in capsys.readouterr().out

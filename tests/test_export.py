@@ -15,7 +15,7 @@ import torch
 from export import contract
 from export.onnx_export import export_checkpoint
 from export.package import ModelPackage, PackageError
-from export.verify import cpu_runtime, decode, parity, unpad
+from export.verify import cpu_runtime, decode, parity, step_log_probs, unpad
 from server.decoding import DecodeOptions
 from server.runtime import Runtime
 from training import checkpoint as ckpt_io
@@ -143,11 +143,21 @@ def test_int8_and_fp16_variants_decode(tiny_package, tiny_checkpoint):
     src = sources(tiny_checkpoint)
     rows = unpad(src, 0)
     ref = [nb[0] for nb in decode(cpu_runtime(package, "fp32"), rows)]
-    for variant in ("int8", "fp16"):
-        got = [nb[0] for nb in decode(cpu_runtime(package, variant), rows)]
-        assert len(got) == len(ref) and all(h.tokens for h in got)
-        # Quantised graphs stay close: most rows decode to the same tokens.
-        assert sum(g.tokens == r.tokens for g, r in zip(got, ref)) >= 3
+    got = {v: [nb[0] for nb in decode(cpu_runtime(package, v), rows)] for v in ("int8", "fp16")}
+    assert all(len(g) == len(ref) and all(h.tokens for h in g) for g in got.values())
+    # The variants stay close to fp32. fp16: most rows decode to the same tokens. int8 is held
+    # to its log-probabilities along fp32's outputs instead: this tiny model's outputs loop, and
+    # the tokens of a loop are near-ties that int8 weights flip (2 of 5 rows equal here; the
+    # per-tensor int8 before: 0 of 5, and mean |delta log p| 0.25 where the per-row one has 0.06).
+    assert sum(g.tokens == r.tokens for g, r in zip(got["fp16"], ref)) >= 3
+    prefix = np.zeros((len(ref), max(len(h.tokens) for h in ref) + 1), dtype=np.int64)
+    prefix[:, 0] = package.special_ids["bos"]
+    for i, h in enumerate(ref):
+        prefix[i, 1:len(h.tokens) + 1] = h.tokens
+    fp32_lp, int8_lp = (step_log_probs(cpu_runtime(package, v), src, prefix) for v in ("fp32", "int8"))
+    steps = [len(h.tokens) + 1 for h in ref]  # every output position and the one that ends it
+    error = np.mean([np.abs(int8_lp[i, :n] - fp32_lp[i, :n]).mean() for i, n in enumerate(steps)])
+    assert error < 0.1, f"int8 mean |log p - fp32 log p| {error:.3f} along fp32's outputs"
     assert (tiny_package / "decoder.int8.onnx").stat().st_size < (tiny_package / "decoder.onnx").stat().st_size
     nbest = decode(cpu_runtime(package, "fp32"), rows, DecodeOptions(beam_size=3, n_best=3))
     assert all(len(n) == 3 and n[0].score >= n[1].score >= n[2].score for n in nbest)
@@ -162,6 +172,7 @@ def test_manifest_describes_the_package(tiny_package, tiny_checkpoint):
     assert manifest["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
     assert manifest["model"]["vocab_size"] == tok.vocab_size
     assert manifest["provenance"]["step"] == 600
+    assert manifest["provenance"]["checkpoint_sha256"] == ckpt_io.sha256_file(tiny_checkpoint)  # see scripts/run.sh
     assert set(manifest["files"]) == {"encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx",
                                       "encoder.fp16.onnx", "decoder.fp16.onnx", "tokenizer.model"}
     assert manifest["graphs"]["decoder"]["inputs"] == list(contract.decoder_inputs(2))
@@ -216,6 +227,39 @@ def test_nmt_export_command_line(tiny_checkpoint, tmp_path):
     again = subprocess.run([*cmd, str(tiny_checkpoint), str(out)], capture_output=True, text=True, cwd=ROOT,
                            timeout=120)
     assert again.returncode == 2 and "pass --force to overwrite it" in again.stderr
+    assert "torchvision" not in r.stderr  # torch.onnx's "torchvision is not installed" lines, 8 per export
+
+
+def _nmt_export(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "export.onnx_export", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def test_nmt_export_mistakes_are_one_line_and_exit_2(tiny_package, tiny_checkpoint, tmp_path):
+    run_dir = tiny_checkpoint.parent.parent
+    cases = [
+        ((str(tiny_package), str(tmp_path / "out")),
+         f"{tiny_package} is a model package, not a checkpoint: give the run directory of nmt-train or a .pt "
+         "checkpoint"),
+        ((str(tmp_path / "missing.pt"), str(tmp_path / "out")),
+         f"cannot export {tmp_path / 'missing.pt'}: checkpoint {tmp_path / 'missing.pt'} does not exist"),
+        ((str(run_dir), str(tiny_package / "model.json")),
+         f"cannot export {run_dir}: {tiny_package / 'model.json'} is a file; give a directory to write the "
+         "package in"),
+    ]
+    for args, message in cases:
+        r = _nmt_export(*args)
+        assert (r.returncode, r.stderr) == (2, f"nmt-export: error: {message}\n"), args
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_is_not_a_package_and_the_error_says_what_to_do(tiny_checkpoint):
+    run_dir = tiny_checkpoint.parent.parent
+    for path in (run_dir, tiny_checkpoint):
+        with pytest.raises(PackageError) as err:
+            ModelPackage.load(path)
+        assert str(err.value) == (f"model package {path} is not valid: this is a checkpoint, not a model package: "
+                                  f"export it with nmt-export {path} OUT, then pass OUT")
 
 
 def test_package_reader_needs_neither_torch_nor_onnx(tiny_package):
