@@ -114,7 +114,9 @@ class LoadResult:
 
 async def _load(address: str, requests: Sequence[Request], concurrency: int, beam_size: int,
                 alpha: float) -> LoadResult:
-    options = pb.DecodingOptions(beam_size=beam_size, length_penalty=alpha if beam_size > 1 else 0.0)
+    # Each text as one sentence: the offline engines this is compared with do not split.
+    options = pb.DecodingOptions(beam_size=beam_size, length_penalty=alpha if beam_size > 1 else 0.0,
+                                 no_sentence_split=True)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.TranslatorStub(channel)
         first = requests[0]

@@ -23,6 +23,8 @@ comes back as its own error, in band, and a broken stream raises.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
 import itertools
 import random
 import time
@@ -39,6 +41,14 @@ RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXH
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 
 
+class StopReason(enum.Enum):
+    """Why decoding stopped (``nmt.v1.StopReason``)."""
+
+    UNSPECIFIED = pb.STOP_REASON_UNSPECIFIED  # nothing was decoded: an empty or blank text
+    END_OF_SENTENCE = pb.STOP_REASON_END_OF_SENTENCE
+    LENGTH_LIMIT = pb.STOP_REASON_LENGTH_LIMIT  # may be cut short: raise max_output_tokens
+
+
 @dataclass(frozen=True)
 class Hypothesis:
     text: str
@@ -47,15 +57,36 @@ class Hypothesis:
     source_pieces: tuple[str, ...] = ()  # with return_attention: the source as the model saw it
     target_pieces: tuple[str, ...] = ()
     attention: tuple[tuple[float, ...], ...] = ()  # [target piece][source piece]
+    stop_reason: StopReason = StopReason.UNSPECIFIED
 
 
 @dataclass(frozen=True)
-class Translation:
-    hypotheses: tuple[Hypothesis, ...]  # best first
+class Segment:
+    """One sentence of a text (the server splits texts into sentences) and its translations."""
+
+    source: str  # the sentence as it stands in the text: text[start:end]
+    start: int  # offsets in the text, in Unicode code points (Python str indices)
+    end: int
+    hypotheses: tuple[Hypothesis, ...]  # best first, with pieces and attention when asked for
 
     @property
     def text(self) -> str:
         return self.hypotheses[0].text if self.hypotheses else ""
+
+
+@dataclass(frozen=True)
+class Translation:
+    hypotheses: tuple[Hypothesis, ...]  # the whole text, best first (its sentences' translations in their places)
+    segments: tuple[Segment, ...] = ()  # its sentences, in order; none for a blank text
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0].text if self.hypotheses else ""
+
+    @property
+    def length_limited(self) -> bool:
+        """Did the best translation stop at the output-length limit (in any of its sentences)?"""
+        return bool(self.hypotheses) and self.hypotheses[0].stop_reason is StopReason.LENGTH_LIMIT
 
 
 class TranslationError(Exception):
@@ -139,11 +170,11 @@ class _Attempts:
 
 
 def decoding_options(beam_size: int = 1, num_hypotheses: int = 1, length_penalty: float = 0.0,
-                     max_output_tokens: int = 0, return_scores: bool = False,
-                     return_attention: bool = False) -> pb.DecodingOptions:
+                     max_output_tokens: int = 0, return_scores: bool = False, return_attention: bool = False,
+                     no_sentence_split: bool = False) -> pb.DecodingOptions:
     return pb.DecodingOptions(beam_size=beam_size, num_hypotheses=num_hypotheses, length_penalty=length_penalty,
                               max_output_tokens=max_output_tokens, return_scores=return_scores,
-                              return_attention=return_attention)
+                              return_attention=return_attention, no_sentence_split=no_sentence_split)
 
 
 def make_request(texts: Sequence[str], source: str, target: str, model: str = "", request_id: str = "",
@@ -154,17 +185,33 @@ def make_request(texts: Sequence[str], source: str, target: str, model: str = ""
                                request_id=request_id, options=decoding_options(**options))
 
 
+_STOP_REASONS = {r.value: r for r in StopReason}
+
+
+def parse_hypothesis(h: pb.Hypothesis) -> Hypothesis:
+    n_src = len(h.source_pieces)
+    flat = list(h.attention)
+    rows = tuple(tuple(flat[i:i + n_src]) for i in range(0, len(flat), n_src)) if n_src else ()
+    return Hypothesis(h.text, h.score, h.num_tokens, tuple(h.source_pieces), tuple(h.target_pieces), rows,
+                      _STOP_REASONS.get(h.stop_reason, StopReason.UNSPECIFIED))
+
+
 def parse_translations(response: pb.TranslateResponse) -> list[Translation]:
+    """The translations of a response. The server sends a one-sentence text's pieces and
+    attention once, with the text's hypotheses; its segment gets them here too, so that every
+    segment's hypotheses carry their own."""
     out = []
     for t in response.translations:
-        hyps = []
-        for h in t.hypotheses:
-            n_src = len(h.source_pieces)
-            flat = list(h.attention)
-            rows = tuple(tuple(flat[i:i + n_src]) for i in range(0, len(flat), n_src)) if n_src else ()
-            hyps.append(Hypothesis(h.text, h.score, h.num_tokens, tuple(h.source_pieces), tuple(h.target_pieces),
-                                   rows))
-        out.append(Translation(tuple(hyps)))
+        hyps = tuple(parse_hypothesis(h) for h in t.hypotheses)
+        segments = []
+        for s in t.segments:
+            parsed = tuple(parse_hypothesis(h) for h in s.hypotheses)
+            if len(t.segments) == 1:
+                parsed = tuple(dataclasses.replace(own, source_pieces=h.source_pieces, target_pieces=h.target_pieces,
+                                                   attention=h.attention) if not own.attention else own
+                               for own, h in zip(parsed, hyps))
+            segments.append(Segment(s.source, s.start, s.end, parsed))
+        out.append(Translation(hyps, tuple(segments)))
     return out
 
 
@@ -257,7 +304,8 @@ class TranslatorClient:
     def translate(self, texts: Sequence[str], source: str, target: str, *, model: str = "",
                   timeout: float | None = None, **options) -> list[Translation]:
         """One translation per text, in order. ``options``: beam_size, num_hypotheses,
-        length_penalty, max_output_tokens, return_scores, return_attention."""
+        length_penalty, max_output_tokens, return_scores, return_attention, no_sentence_split
+        (the server splits every text into sentences unless it is set)."""
         if not texts:
             return []
         response = self._unary("Translate", make_request(texts, source, target, model, **options), timeout)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from export.package import ModelPackage
+from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, exit_status_help, fail
+from export.package import ModelPackage, PackageError
 from server.decoding import DecodeOptions, Hypothesis, Job, decode_all, default_max_len
 from server.runtime import Runtime, RuntimeOptions
 
@@ -83,8 +84,10 @@ def parity(package_dir: str | Path, checkpoint: str | Path, src: np.ndarray, bea
     rt = cpu_runtime(ModelPackage.load(package_dir), variant)
     pad = rt.package.special_ids["pad"]
     src_t = torch.from_numpy(src.astype(np.int64))
-    ref = greedy_search(model, src_t)  # both sides bound each row by its own length
-    got = [nb[0] for nb in decode(rt, unpad(src, pad))]
+    sources = unpad(src, pad)
+    limits = [default_max_len(len(s), rt.package.max_target_tokens) for s in sources]  # the server's, both sides
+    ref = greedy_search(model, src_t, max_len=limits)
+    got = [nb[0] for nb in decode(rt, sources)]
     equal = sum(r.tokens == g.tokens for r, g in zip(ref, got))
     width = max(len(h.tokens) for h in ref) + 1
     prefix = np.full((src.shape[0], width), pad, dtype=np.int64)
@@ -96,8 +99,8 @@ def parity(package_dir: str | Path, checkpoint: str | Path, src: np.ndarray, bea
     worst = float(np.abs(step_log_probs(rt, src, prefix) - full).max())
     beam_equal = None
     if beam_size > 1:
-        ref_b = beam_search(model, src_t, beam_size=beam_size, n_best=beam_size)
-        got_b = decode(rt, unpad(src, pad), DecodeOptions(beam_size=beam_size, n_best=beam_size))
+        ref_b = beam_search(model, src_t, beam_size=beam_size, n_best=beam_size, max_len=limits)
+        got_b = decode(rt, sources, DecodeOptions(beam_size=beam_size, n_best=beam_size))
         beam_equal = sum([h.tokens for h in r] == [h.tokens for h in g] for r, g in zip(ref_b, got_b))
     return Parity(src.shape[0], equal, worst, beam_equal)
 
@@ -116,18 +119,29 @@ def translate_onnx(rt: Runtime, tokenizer, texts: Sequence[str], target_lang: st
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nmt-verify", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("package")
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="nmt-verify", description=__doc__,
+                       epilog=exit_status_help(EXIT_FAILED, EXIT_USAGE).replace(
+                           "failed while running (run it again as it is)", "the package differs from PyTorch"))
+    p.add_argument("package", help="the model package (the directory nmt-export wrote)")
     p.add_argument("checkpoint", help="the checkpoint (or run directory) the package was exported from")
-    p.add_argument("--split", default="test", choices=["dev", "test"])
+    p.add_argument("--split", default="test", choices=["dev", "test"], help="which split of the checkpoint's data")
     p.add_argument("--limit", type=int, default=0, help="first N sentences per direction (0 = all)")
-    p.add_argument("--beam", type=int, default=1)
+    p.add_argument("--beam", type=int, default=1, help="beam size of the BLEU runs (1: greedy)")
     p.add_argument("--parity-rows", type=int, default=16, help="sentences per direction for the token/logit checks")
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args(argv)
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads of PyTorch and onnxruntime")
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return verify(args)
+    except UsageError as e:
+        return fail("nmt-verify", str(e), EXIT_USAGE)
+
+
+def verify(args: argparse.Namespace) -> int:
     import torch
 
     from training import checkpoint as ckpt_io
@@ -136,9 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     from training.evaluate import score
 
     torch.set_num_threads(args.threads)
-    package = ModelPackage.load(args.package)
-    path = ckpt_io.resolve(args.checkpoint)
-    model, cfg, ckpt = ckpt_io.load_model(path)
+    try:
+        package = ModelPackage.load(args.package)
+        path = ckpt_io.resolve(args.checkpoint)
+        model, cfg, ckpt = ckpt_io.load_model(path)
+    except (PackageError, FileNotFoundError, ValueError) as e:  # not there, not valid, sha256 mismatch
+        raise UsageError(str(e)) from None
     tokenizer = ckpt_io.load_tokenizer(ckpt)
     by_dir: dict[str, tuple[list[str], list[str]]] = {}
     for pair in load_pairs(cfg.data, args.split):
@@ -167,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             bleu_v, chrf_v, _ = score(hyps, refs)
             print(f"{direction}  onnx-{variant:<5} BLEU {bleu_v:6.2f}  chrF {chrf_v:6.2f}  "
                   f"(delta {bleu_v - bleu:+.2f}; {time.monotonic() - start:.0f}s)", flush=True)
-    return 0 if ok else 1
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ to), so a text decoded in any batch gives the tokens it gets alone.
 
 from __future__ import annotations
 
+import enum
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,16 @@ class DecodeOptions:
     beam_size: int = 1
     n_best: int = 1
     alpha: float = 0.6  # GNMT length penalty ((5 + |Y|) / 6) ^ alpha, beam search only
-    max_len: int = 0  # 0: min(model limit, 1.5 x source + 10)
+    max_len: int = 0  # 0: default_max_len
     min_len: int = 0
     attention: bool = False
+
+
+class StopReason(enum.Enum):
+    """Why a hypothesis ended (nmt.v1.StopReason on the wire)."""
+
+    END_OF_SENTENCE = enum.auto()  # the model chose the end-of-sentence token
+    LENGTH_LIMIT = enum.auto()  # the output-length limit: the text may be cut short
 
 
 @dataclass(frozen=True)
@@ -44,12 +52,24 @@ class Hypothesis:
     tokens: list[int]  # without bos and eos
     score: float
     attention: np.ndarray | None = None  # (len(tokens), source length) when asked for
+    stop_reason: StopReason = StopReason.END_OF_SENTENCE
+
+
+# The default output-length bound, OUTPUT_SLOPE x source tokens (tag and eos included) +
+# OUTPUT_MARGIN. It must leave room for the longest natural translations: over the training
+# split of the bundled corpus (all six directions en<->de/fr/es, 384,076 pairs, the shipped
+# tokenizer; `python -m bench.length_ratio`), target/source pieces is 1.04 at the median, 1.71
+# at the 99th and 2.61 at the 99.9th percentile (per direction 2.05 de-en to 2.82 en-es).
+# 3 x + 10 is above every direction's 99.9th percentile and cuts 0.024 % of those pairs
+# (corrupt ones, a "..." source against a whole verse); the 1.5 x + 10 it replaces cut 0.21 %.
+OUTPUT_SLOPE = 3.0
+OUTPUT_MARGIN = 10
 
 
 def default_max_len(src_len: int, cap: int) -> int:
-    """The output-length bound of one source: 1.5 x its length + 10, at most ``cap`` (the
-    same rule as the PyTorch reference, per sentence, so the batch never changes it)."""
-    return min(cap, int(1.5 * src_len) + 10)
+    """The output-length bound of one source of ``src_len`` tokens, at most ``cap``: per
+    sentence, so the batch never changes it."""
+    return min(cap, int(OUTPUT_SLOPE * src_len) + OUTPUT_MARGIN)
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -180,15 +200,16 @@ class Job:
 
     def _finish_live(self) -> None:
         """At the length limit: live hypotheses are finished as they stand."""
+        cut = StopReason.LENGTH_LIMIT
         if self.k == 1:
-            self._finish([Hypothesis(self.beams[0], float(self.scores[0]), self._attn(0))])
+            self._finish([Hypothesis(self.beams[0], float(self.scores[0]), self._attn(0), cut)])
             return
         for row in range(self.k):
             if self.scores[row] > NEG_INF:
                 hyp = self.beams[row]
                 self.finished.append(Hypothesis(hyp, float(self.scores[row]) / length_penalty(len(hyp),
                                                                                               self.options.alpha),
-                                                self._attn(row)))
+                                                self._attn(row), cut))
         self._finish(self.finished)
 
     def _finish(self, hyps: list[Hypothesis]) -> None:

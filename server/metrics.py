@@ -23,8 +23,15 @@ class Metrics:
         self.tokens_generated = Counter("nmt_tokens_generated", "Decoder tokens generated (all beams)", registry=r)
         self.in_flight = Gauge("nmt_in_flight_sequences", "Texts being decoded", ["model"], registry=r)
         self.queued = Gauge("nmt_queued_texts", "Texts waiting to join the batch", ["model"], registry=r)
+        self.sentences = Counter("nmt_sentences", "Sentences decoded (texts after sentence splitting)", ["model"],
+                                 registry=r)
+        # Outputs that may be cut short: a rate above a few per thousand of nmt_sentences
+        # says the output-length limit is too tight for what is sent.
+        self.length_limited = Counter("nmt_length_limited", "Sentences whose best hypothesis stopped at the "
+                                      "output-length limit", ["model"], registry=r)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
-        """Start the HTTP exporter; returns the bound port (port 0 picks a free one)."""
+    def serve(self, port: int, host: str) -> int:
+        """Start the HTTP exporter; returns the bound port (port 0 picks a free one). Raises
+        OSError (errno EADDRINUSE: the port is taken) when it cannot listen."""
         server, _ = start_http_server(port, addr=host, registry=self.registry)
         return server.server_port

@@ -1,8 +1,11 @@
 """The gRPC servicer: validate, enqueue, await. No decoding happens here.
 
-Every rejection names the item and the limit (INVALID_ARGUMENT); a full queue answers
-RESOURCE_EXHAUSTED at once; an expired deadline answers DEADLINE_EXCEEDED after freeing
-the text's rows; a model failure on one request answers INTERNAL without a traceback.
+Each text is split into sentences (server/segment.py); the sentences of a request are
+queued together as one job each, and every text's answer joins its sentences' translations
+back in their places (``whole_text``). Every rejection names the item and the limit
+(INVALID_ARGUMENT); a full queue answers RESOURCE_EXHAUSTED at once; an expired deadline
+answers DEADLINE_EXCEEDED after freeing the text's rows; a model failure on one request
+answers INTERNAL without a traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import functools
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -21,8 +25,9 @@ import sentencepiece as spm
 from export.package import ModelPackage
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server import segment
 from server.config import ServerConfig
-from server.decoding import DecodeOptions, Hypothesis, Job, default_max_len
+from server.decoding import DecodeOptions, Hypothesis, Job, StopReason, default_max_len
 from server.metrics import Metrics
 from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, QueueFull, Scheduler, Ticket
 
@@ -33,6 +38,11 @@ LOG_EVERY = 10.0  # seconds between two log lines about malformed requests
 
 
 ECHO_CHARS = 64  # what an error message repeats of the caller's input, at most
+# Texts are split into sentences, each decoded on its own. A request may carry at most
+# max_texts x SENTENCES_PER_TEXT sentences in all (and never more than the queue holds), and
+# at most max_texts x max_tokens source tokens in all: what max_texts texts at the per-text
+# limit carried before splitting, so splitting never makes a request more work than that.
+SENTENCES_PER_TEXT = 16
 
 
 def shown(value: str, limit: int = ECHO_CHARS) -> str:
@@ -63,6 +73,14 @@ def tolerant(deserializer, message_type: str):
         except Exception as e:  # DecodeError, and whatever else a hostile body provokes
             return Malformed(message_type, e)
     return deserialize
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment (sentence) of a request's text: where it stands in the text, and its job."""
+
+    span: segment.Span
+    job: Job
 
 
 class RequestError(Exception):
@@ -190,19 +208,21 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
         out = pb.ListModelsResponse()
         for m in self.models.values():
+            sentences, tokens = self.request_limits(m)
             out.models.append(pb.ModelInfo(
                 name=m.name, pairs=list(m.package.pairs), device=m.scheduler.rt.device, variant=m.scheduler.rt.variant,
                 max_texts_per_request=self.cfg.max_texts, max_chars_per_text=self.cfg.max_chars,
                 max_tokens_per_text=min(self.cfg.max_tokens, m.max_source_tokens), max_beam_size=self.cfg.max_beam,
-                max_output_tokens=min(self.cfg.max_output_tokens, m.max_target_tokens)))
+                max_output_tokens=min(self.cfg.max_output_tokens, m.max_target_tokens),
+                max_sentences_per_request=sentences, max_tokens_per_request=tokens))
         self._observe("ListModels", grpc.StatusCode.OK, start)
         return out
 
     # ------------------------------------------------------------ the work
     async def _translate(self, request: pb.TranslateRequest, deadline: float | None) -> pb.TranslateResponse:
         model = self._model(request.model)
-        tags = model.package.language_tags
-        pair = f"{request.source_lang}-{request.target_lang}"
+        source, target = request.source_lang.strip().lower(), request.target_lang.strip().lower()  # "EN" is "en"
+        pair = f"{source}-{target}"
         if pair not in model.package.pairs:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"language pair {shown(pair)} is not supported by model {model.name!r}; "
@@ -216,35 +236,14 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         if n == 0:
             return response
         self.metrics.texts.labels(model.name).inc(n)
-        sp = model.tokenizer
-        special = model.package.special_ids
-        max_tokens = min(self.cfg.max_tokens, model.max_source_tokens)
-        sources: list[list[int] | None] = []
-        for i, text in enumerate(request.texts):
-            if len(text) > self.cfg.max_chars:
-                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"texts[{i}]: {len(text)} characters; the limit is {self.cfg.max_chars}")
-            if not text.strip():
-                sources.append(None)  # empty in, empty out, without touching the model
-                continue
-            ids = [tags[request.target_lang], *sp.encode(text), special["eos"]]
-            if len(ids) > max_tokens:
-                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"texts[{i}]: {len(ids)} tokens; the limit is {max_tokens}")
-            sources.append(ids)
-        jobs: list[Job | None] = []
-        for ids in sources:
-            if ids is None:
-                jobs.append(None)
-                continue
-            limit = max_out if request.options.max_output_tokens else default_max_len(len(ids), max_out)
-            jobs.append(Job(ids, options, max_len=limit, bos=special["bos"], eos=special["eos"], pad=special["pad"]))
-        self._check_response_fits(model, request, jobs)
-        tickets: list[Ticket | None] = []
+        plans = self._segments(request, model, source, target, options, max_out)
+        count = sum(len(p) for p in plans)
+        self._check_response_fits(model, request, plans)
+        jobs = [x.job for p in plans for x in p]
+        tickets: list[Ticket] = []
         try:
-            queued = iter(model.scheduler.submit_all([j for j in jobs if j is not None], deadline))
-            tickets = [None if j is None else next(queued) for j in jobs]
-            results = await asyncio.gather(*(asyncio.wrap_future(t.future) for t in tickets if t is not None))
+            tickets = model.scheduler.submit_all(jobs, deadline) if jobs else []
+            results = await asyncio.gather(*(asyncio.wrap_future(t.future) for t in tickets))
         except QueueFull as e:
             self._cancel(model, tickets)
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"server busy: {e}; retry with backoff") from None
@@ -264,21 +263,73 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         except asyncio.CancelledError:
             self._cancel(model, tickets)
             raise
+        self.metrics.sentences.labels(model.name).inc(count)
+        cut = sum(1 for hyps in results if hyps and hyps[0].stop_reason is StopReason.LENGTH_LIMIT)
+        if cut:
+            self.metrics.length_limited.labels(model.name).inc(cut)
         it = iter(results)
-        for ids in sources:
+        for text, sentences in zip(request.texts, plans):
             translation = response.translations.add()
-            if ids is None:
-                translation.hypotheses.add(text="", score=0.0)
-                continue
-            for hyp in next(it):
-                translation.hypotheses.append(self._hypothesis(model, ids, hyp, request.options))
+            for x in sentences:
+                start, end = x.span
+                seg = translation.segments.add(source=text[start:end], start=start, end=end)
+                seg.hypotheses.extend(self._hypothesis(model, x.job.src, h, request.options) for h in next(it))
+            translation.hypotheses.extend(whole_text(text, translation.segments))
         return response
 
-    def _check_response_fits(self, model: LoadedModel, request: pb.TranslateRequest, jobs: list[Job | None]) -> None:
+    def request_limits(self, model: LoadedModel) -> tuple[int, int]:
+        """(sentences, source tokens) one request may carry in all, after splitting."""
+        return (min(self.cfg.max_texts * SENTENCES_PER_TEXT, self.cfg.max_queue),
+                self.cfg.max_texts * min(self.cfg.max_tokens, model.max_source_tokens))
+
+    def _segments(self, request: pb.TranslateRequest, model: LoadedModel, source: str, target: str,
+                   options: DecodeOptions, max_out: int) -> list[list[Segment]]:
+        """Every text's sentences with their jobs (none for a blank text: it comes back as it is,
+        without touching the model), checked against the limits: characters per text, tokens
+        per sentence, sentences and tokens per request."""
+        split = not request.options.no_sentence_split
+        spans: list[list[segment.Span]] = []
+        for i, text in enumerate(request.texts):
+            if len(text) > self.cfg.max_chars:
+                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"texts[{i}]: {len(text)} characters; the limit is {self.cfg.max_chars}")
+            spans.append(segment.split_sentences(text, source) if split else segment.whole(text))
+        max_sentences, max_request_tokens = self.request_limits(model)
+        count = sum(len(s) for s in spans)
+        if count > max_sentences:
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"texts: {count} sentences in one request; the limit is {max_sentences}")
+        sp = model.tokenizer
+        special = model.package.special_ids
+        max_tokens = min(self.cfg.max_tokens, model.max_source_tokens)
+        plans: list[list[Segment]] = []
+        total = 0
+        for i, (text, text_spans) in enumerate(zip(request.texts, spans)):
+            plan = []
+            for j, (start, end) in enumerate(text_spans):
+                ids = [model.package.language_tags[target], *sp.encode(text[start:end]), special["eos"]]
+                if len(ids) > max_tokens:
+                    where = f"texts[{i}]" if len(text_spans) == 1 else \
+                        f"texts[{i}], sentence {j + 1} of {len(text_spans)} {shown(text[start:end])}"
+                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                                       f"{where}: {len(ids)} tokens; the limit is {max_tokens}")
+                total += len(ids)
+                limit = max_out if request.options.max_output_tokens else default_max_len(len(ids), max_out)
+                plan.append(Segment((start, end), Job(ids, options, max_len=limit, bos=special["bos"],
+                                                      eos=special["eos"], pad=special["pad"])))
+            plans.append(plan)
+        if total > max_request_tokens:
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"texts: {total} source tokens in {count} sentences in one request; the limit is "
+                               f"{max_request_tokens} (max texts x max tokens per text)")
+        return plans
+
+    def _check_response_fits(self, model: LoadedModel, request: pb.TranslateRequest,
+                             plans: list[list[Segment]]) -> None:
         """Refuse, before decoding, a request whose answer could exceed the message limit:
         grpc would fail it only after the whole decode, as RESOURCE_EXHAUSTED, which
         clients take for "busy" and retry."""
-        bound = response_bound(model, request, jobs)
+        bound = response_bound(model, request, plans)
         if bound > self.cfg.max_message_bytes:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"the response could take up to {bound:,} bytes, more than this server's limit of "
@@ -317,7 +368,8 @@ class TranslatorService(pb_grpc.TranslatorServicer):
 
     def _hypothesis(self, model: LoadedModel, src: list[int], hyp: Hypothesis, o: pb.DecodingOptions) -> pb.Hypothesis:
         sp = model.tokenizer
-        out = pb.Hypothesis(text=sp.decode(hyp.tokens), num_tokens=len(hyp.tokens))
+        out = pb.Hypothesis(text=sp.decode(hyp.tokens), num_tokens=len(hyp.tokens),
+                            stop_reason=pb.StopReason.Value(f"STOP_REASON_{hyp.stop_reason.name}"))
         if o.return_scores:
             out.score = hyp.score
         if o.return_attention and hyp.attention is not None:
@@ -327,10 +379,9 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         return out
 
     @staticmethod
-    def _cancel(model: LoadedModel, tickets: list[Ticket | None]) -> None:
+    def _cancel(model: LoadedModel, tickets: list[Ticket]) -> None:
         for t in tickets:
-            if t is not None:
-                model.scheduler.cancel(t)
+            model.scheduler.cancel(t)
 
     def malformed(self, request: Malformed) -> None:
         """One log line for a malformed message, at most one every ``LOG_EVERY`` seconds
@@ -347,25 +398,60 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         self.metrics.latency.labels(method).observe(time.monotonic() - start)
 
 
-def response_bound(model: LoadedModel, request: pb.TranslateRequest, jobs: list[Job | None]) -> int:
+def whole_text(text: str, segments: Sequence[pb.Segment]) -> list[pb.Hypothesis]:
+    """A text's hypotheses from its sentences': the i-th puts every sentence's i-th hypothesis
+    in that sentence's place and keeps the rest of the text (whitespace) as it is. The pieces
+    and attention of a text of one sentence move to the text's hypotheses (where clients
+    found them before texts were split), so that the response carries them once."""
+    if not segments:
+        return [pb.Hypothesis(text=text)]  # blank: as it came, nothing decoded
+    spans = [(s.start, s.end) for s in segments]
+    out = []
+    for i in range(min(len(s.hypotheses) for s in segments)):
+        hyps = [s.hypotheses[i] for s in segments]
+        joined = segment.join(text, spans, [h.text for h in hyps])
+        if len(hyps) == 1:
+            h = pb.Hypothesis()
+            h.CopyFrom(hyps[0])
+            h.text = joined
+            for moved in (hyps[0].source_pieces, hyps[0].target_pieces, hyps[0].attention):
+                del moved[:]
+        else:
+            cut = any(h.stop_reason == pb.STOP_REASON_LENGTH_LIMIT for h in hyps)
+            h = pb.Hypothesis(text=joined, score=sum(h.score for h in hyps), num_tokens=sum(h.num_tokens for h in hyps),
+                              stop_reason=pb.STOP_REASON_LENGTH_LIMIT if cut else pb.STOP_REASON_END_OF_SENTENCE)
+        out.append(h)
+    return out
+
+
+def response_bound(model: LoadedModel, request: pb.TranslateRequest, plans: list[list[Segment]]) -> int:
     """An upper bound of the serialized TranslateResponse's size in bytes: every hypothesis
     at its length limit, made of the vocabulary's longest piece (protobuf framing counted
-    at its widest: one tag byte and a 5-byte length for each field)."""
+    at its widest: one tag byte and a 5-byte length or varint for each field)."""
     o = request.options
+    n_best = max(1, o.num_hypotheses)
     piece = model.longest_piece_bytes
-    total = 16 + len(model.name.encode()) + len(request.request_id.encode())
-    for job in jobs:
-        total += 6
-        if job is None:
-            total += 12  # one empty hypothesis
-            continue
-        per_hypothesis = 6 + 6 + job.max_len * piece + 5 + 6  # framing, text, score, num_tokens
+
+    def hypothesis(job: Job, extra_text: int = 0) -> int:
+        """One hypothesis (framing, text, score, num_tokens, stop_reason) with its attention."""
+        size = 6 + 6 + extra_text + job.max_len * piece + 5 + 6 + 6
         if o.return_attention:
             sp = model.tokenizer
-            per_hypothesis += sum(6 + len(sp.id_to_piece(i).encode()) for i in job.src)  # source pieces
-            per_hypothesis += job.max_len * (6 + piece)  # target pieces
-            per_hypothesis += 6 + 4 * job.max_len * len(job.src)  # packed float32 attention
-        total += job.options.n_best * per_hypothesis
+            size += sum(6 + len(sp.id_to_piece(i).encode()) for i in job.src)  # source pieces
+            size += job.max_len * (6 + piece)  # target pieces
+            size += 6 + 4 * job.max_len * len(job.src)  # packed float32 attention
+        return size
+
+    total = 16 + len(model.name.encode()) + len(request.request_id.encode())
+    for text, sentences in zip(request.texts, plans):
+        text_bytes = len(text.encode())
+        total += 6 + 6 + 6 + text_bytes  # the translation; a blank text's one hypothesis
+        for x in sentences:  # the segments: source, start, end, hypotheses
+            total += 6 + 6 + 4 * (x.span[1] - x.span[0]) + 12 + n_best * hypothesis(x.job)
+        if len(sentences) == 1:  # the text's hypotheses: the sentence's text (attention moved, not copied)
+            total += n_best * (6 + 6 + text_bytes + sentences[0].job.max_len * piece + 5 + 6 + 6)
+        elif sentences:
+            total += n_best * (6 + 6 + 5 + 6 + 6 + text_bytes + sum(x.job.max_len for x in sentences) * piece)
     return total
 
 

@@ -15,8 +15,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from export.package import ModelPackage
 from nmt.v1 import translator_pb2 as pb
-from server.decoding import DecodeOptions, Job, decode_all
+from server.decoding import DecodeOptions, Job, decode_all, default_max_len
 from server.runtime import Runtime, RuntimeOptions
+from server.segment import join, split_sentences, whole
 from tests.server_harness import TEXTS, ServerThread, request
 
 
@@ -34,18 +35,23 @@ def stub(server):
 
 @pytest.fixture(scope="module")
 def alone(tiny_package):
-    """Greedy translation of one text decoded on its own (the reference for batching)."""
+    """Greedy translation of one text, each of its sentences decoded on its own (the reference
+    for batching and for sentence splitting); ``split=False`` decodes the text as one."""
     import sentencepiece as spm
 
     package = ModelPackage.load(tiny_package)
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=1))
     sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
 
-    def translate(text: str, tgt: str = "de") -> str:
+    def sentence(text: str, tgt: str) -> str:
         src = [package.language_tags[tgt], *sp.encode(text), 3]
-        [[hyp]] = decode_all(rt, [Job(src, DecodeOptions(), max_len=min(255, int(1.5 * len(src)) + 10),
+        [[hyp]] = decode_all(rt, [Job(src, DecodeOptions(), max_len=default_max_len(len(src), 255),
                                       bos=2, eos=3, pad=0)])
         return sp.decode(hyp.tokens)
+
+    def translate(text: str, tgt: str = "de", split: bool = True) -> str:
+        spans = split_sentences(text, "en" if tgt == "de" else "de") if split else whole(text)
+        return join(text, spans, [sentence(text[s:e], tgt) for s, e in spans])
 
     return translate
 
@@ -66,7 +72,7 @@ def test_empty_list_and_empty_strings(server, stub, alone):
     assert list(stub.Translate(request()).translations) == []
     before = server.scheduler.rt  # the model is not touched for empty strings: nothing is queued
     response = stub.Translate(request("", "Jesus wept.", "   "))
-    assert [t.hypotheses[0].text for t in response.translations] == ["", alone("Jesus wept."), ""]
+    assert [t.hypotheses[0].text for t in response.translations] == ["", alone("Jesus wept."), "   "]
     assert server.scheduler.rt is before and server.scheduler.in_flight == 0
 
 
@@ -102,7 +108,7 @@ def test_oversized_message_is_resource_exhausted(stub):
 
 
 def test_n_best_scores_and_attention(stub):
-    response = stub.Translate(request(TEXTS[1], beam_size=4, num_hypotheses=3, return_scores=True,
+    response = stub.Translate(request(TEXTS[3], beam_size=4, num_hypotheses=3, return_scores=True,
                                       return_attention=True))
     hyps = response.translations[0].hypotheses
     assert len(hyps) == 3 and hyps[0].score >= hyps[1].score >= hyps[2].score
@@ -137,6 +143,8 @@ def test_list_models(stub):
     [m] = stub.ListModels(pb.ListModelsRequest()).models
     assert (m.name, list(m.pairs), m.device, m.variant) == ("tiny", ["en-de", "de-en"], "cpu", "fp32")
     assert (m.max_texts_per_request, m.max_chars_per_text, m.max_tokens_per_text, m.max_beam_size) == (16, 500, 64, 8)
+    # sentences: 16 texts x SENTENCES_PER_TEXT (16); tokens: 16 texts x 64 tokens
+    assert (m.max_sentences_per_request, m.max_tokens_per_request) == (256, 1024)
 
 
 def test_health_and_reflection(server):
@@ -159,7 +167,7 @@ def test_deadline_exceeded_frees_the_slot(server, stub):
 
 
 def test_cancelled_call_is_evicted(server, stub):
-    long_text = TEXTS[4]
+    long_text = TEXTS[1]  # one sentence: 8 texts are 8 jobs, and their answer fits in 64 KB
     future = stub.Translate.future(request(*[long_text] * 8, beam_size=8, max_output_tokens=200))
     _wait_until(lambda: server.scheduler.in_flight > 0)
     future.cancel()
@@ -260,7 +268,7 @@ def test_a_malformed_message_in_a_stream_is_answered_in_band_and_the_stream_goes
 
 def test_calls_past_their_deadline_are_counted_as_deadline_exceeded(server, stub):
     before = _metric(server, 'nmt_requests_total{code="DEADLINE_EXCEEDED",method="Translate"}')
-    code, _ = code_and_details(lambda: stub.Translate(request(*[TEXTS[4]] * 16, beam_size=8), timeout=0.01))
+    code, _ = code_and_details(lambda: stub.Translate(request(*[TEXTS[1]] * 16, beam_size=8), timeout=0.01))
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
     _wait_until(lambda: _metric(server, 'nmt_requests_total{code="DEADLINE_EXCEEDED",method="Translate"}')
                 == before + 1)  # was counted CANCELLED
@@ -270,3 +278,94 @@ def test_calls_past_their_deadline_are_counted_as_deadline_exceeded(server, stub
     call.cancel()
     _wait_until(lambda: _metric(server, 'nmt_requests_total{code="CANCELLED",method="TranslateStream"}')
                 == stream_before + 1)  # was always counted OK
+
+
+# ------------------------------------------------------------ documents: sentences in, sentences out
+PARAGRAPH = ("Jesus wept.", "In the beginning was the Word.", "Peace be with you!", "He said, Amen.")
+
+
+def test_a_paragraph_comes_back_sentence_by_sentence_with_its_spacing_and_line_breaks(server, stub, alone):
+    a, b, c, d = PARAGRAPH
+    text = f"  {a} {b}\n{c}\n\n\t{d}  \n"
+    sentences_before = _metric(server, 'nmt_sentences_total{model="tiny"}')
+    [t] = stub.Translate(request(text)).translations
+    assert [(s.source, s.start, s.end) for s in t.segments] == [(x, text.index(x), text.index(x) + len(x))
+                                                                for x in PARAGRAPH]
+    outs = [alone(x) for x in PARAGRAPH]  # each sentence decoded on its own
+    assert [s.hypotheses[0].text for s in t.segments] == outs
+    assert t.hypotheses[0].text == f"  {outs[0]} {outs[1]}\n{outs[2]}\n\n\t{outs[3]}  \n"
+    assert t.hypotheses[0].num_tokens == sum(s.hypotheses[0].num_tokens for s in t.segments)
+    assert _metric(server, 'nmt_sentences_total{model="tiny"}') == sentences_before + 4
+    assert not t.hypotheses[0].attention  # a matrix is per sentence: see the segments
+
+
+def test_the_n_best_of_a_paragraph_joins_its_sentences_hypotheses(stub):
+    text = "Jesus wept. In the beginning was the Word."
+    [t] = stub.Translate(request(text, beam_size=2, num_hypotheses=2, return_scores=True,
+                                 return_attention=True)).translations
+    assert len(t.segments) == 2 and len(t.hypotheses) == 2
+    for i, h in enumerate(t.hypotheses):
+        parts = [s.hypotheses[i] for s in t.segments]
+        assert h.text == f"{parts[0].text} {parts[1].text}"
+        assert h.score == pytest.approx(parts[0].score + parts[1].score)
+    for s in t.segments:
+        hyp = s.hypotheses[0]
+        assert hyp.source_pieces[0] == "<2de>" and len(hyp.attention) == len(hyp.source_pieces) * hyp.num_tokens
+
+
+def test_no_sentence_split_translates_each_text_as_one_sentence(stub, alone):
+    text = "  Jesus wept. In the beginning was the Word. "
+    [t] = stub.Translate(request(text, no_sentence_split=True)).translations
+    assert [(s.source, s.start, s.end) for s in t.segments] == [(text.strip(), 2, len(text) - 1)]
+    assert t.hypotheses[0].text == "  " + alone(text.strip(), split=False) + " "
+    one = stub.Translate(request(text.strip(), no_sentence_split=True, return_attention=True)).translations[0]
+    [h], [s] = one.hypotheses, one.segments[0].hypotheses  # one sentence: the text's hypothesis is its own,
+    assert (h.text, h.num_tokens, h.stop_reason) == (s.text, s.num_tokens, s.stop_reason)
+    assert len(h.attention) == len(h.source_pieces) * h.num_tokens > 0 and not s.attention  # sent once
+
+
+def test_blank_texts_and_empty_lines_survive_as_they_are(stub, alone):
+    blank = ["", " ", "\n\n", " \t\n "]
+    got = stub.Translate(request(*blank, "Jesus wept.\n\n\nPeace be with you.\n")).translations
+    assert [t.hypotheses[0].text for t in got[:4]] == blank
+    assert all(not t.segments and t.hypotheses[0].stop_reason == pb.STOP_REASON_UNSPECIFIED for t in got[:4])
+    assert got[4].hypotheses[0].text == f"{alone('Jesus wept.')}\n\n\n{alone('Peace be with you.')}\n"
+
+
+def test_limits_count_sentences_each_within_the_text_limit(stub):
+    text = " ".join(["In the beginning was the Word."] * 12)  # over 64 tokens as one, each sentence far under
+    [t] = stub.Translate(request(text)).translations
+    assert len(t.segments) == 12 and all(s.hypotheses[0].text for s in t.segments)
+    code, details = code_and_details(lambda: stub.Translate(request(text, no_sentence_split=True)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("texts[0]: ")
+    assert details.endswith("tokens; the limit is 64")
+    code, details = code_and_details(lambda: stub.Translate(request("ok", "Jesus wept. " + "Word " * 80)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details.startswith("texts[1], sentence 2 of 2 'Word Word ") and details.endswith("tokens; the limit is 64")
+    # all sentences of a request: 16 texts x 16 = 256 at most, and 16 x 64 = 1,024 source tokens
+    assert code_and_details(lambda: stub.Translate(request(*["Amen. " * 80] * 4))) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "texts: 320 sentences in one request; the limit is 256")
+    code, details = code_and_details(lambda: stub.Translate(request(*[text] * 16)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("texts: ")
+    assert details.endswith(" source tokens in 192 sentences in one request; the limit is 1024 (max texts x max "
+                            "tokens per text)")
+
+
+# ------------------------------------------------------------ honest stopping
+def test_a_hypothesis_cut_by_the_length_limit_says_so_and_is_counted(server, stub):
+    limited = 'nmt_length_limited_total{model="tiny"}'
+    before = _metric(server, limited)
+    text = "In the beginning was the Word, and the Word was with God."
+    [t] = stub.Translate(request(text, max_output_tokens=3)).translations
+    [seg] = t.segments
+    assert [(h.num_tokens, h.stop_reason) for h in seg.hypotheses] == [(3, pb.STOP_REASON_LENGTH_LIMIT)]
+    assert t.hypotheses[0].stop_reason == pb.STOP_REASON_LENGTH_LIMIT
+    assert _metric(server, limited) == before + 1
+    [ok] = stub.Translate(request("Jesus wept.")).translations
+    assert ok.hypotheses[0].stop_reason == pb.STOP_REASON_END_OF_SENTENCE
+    # beam search: every hypothesis says why it ended (3 tokens: the limit; fewer: the model's eos)
+    [beam] = stub.Translate(request(text, beam_size=4, num_hypotheses=4, max_output_tokens=3)).translations
+    assert [h.stop_reason for h in beam.hypotheses] == [
+        pb.STOP_REASON_LENGTH_LIMIT if h.num_tokens == 3 else pb.STOP_REASON_END_OF_SENTENCE for h in beam.hypotheses]
+    assert beam.hypotheses[0].stop_reason == pb.STOP_REASON_LENGTH_LIMIT
+    assert _metric(server, limited) == before + 2  # sentences whose best hypothesis was cut

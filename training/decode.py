@@ -29,9 +29,14 @@ def max_output_length(src_len: int, model: Transformer, a: float = 1.5, b: int =
     return min(model.cfg.max_positions - 1, int(a * src_len) + b)
 
 
-def row_limits(src: Tensor, model: Transformer, max_len: int | None) -> list[int]:
-    """Output-length bound of every row: ``max_len`` if given, else from the row's own
-    (unpadded) length, so that a sentence decodes the same in any batch."""
+def row_limits(src: Tensor, model: Transformer, max_len: int | Sequence[int] | None) -> list[int]:
+    """Output-length bound of every row: ``max_len`` if given (one for all rows, or one per
+    row: the parity checks pass the server's), else from the row's own (unpadded) length, so
+    that a sentence decodes the same in any batch."""
+    if isinstance(max_len, Sequence):
+        if len(max_len) != src.size(0):
+            raise ValueError(f"{len(max_len)} length limits for {src.size(0)} rows")
+        return list(max_len)
     if max_len:
         return [max_len] * src.size(0)
     return [max_output_length(int(n), model) for n in src.ne(PAD_ID).sum(dim=1)]
@@ -84,7 +89,7 @@ class _Decoder:
 
 
 @torch.no_grad()
-def greedy_search(model: Transformer, src: Tensor, max_len: int | None = None, min_len: int = 0,
+def greedy_search(model: Transformer, src: Tensor, max_len: int | Sequence[int] | None = None, min_len: int = 0,
                   use_cache: bool = True) -> list[Hypothesis]:
     """Batched greedy decoding of a right-padded (B, S) source."""
     b = src.size(0)
@@ -117,7 +122,8 @@ def greedy_search(model: Transformer, src: Tensor, max_len: int | None = None, m
 
 @torch.no_grad()
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int = 1, alpha: float = 0.6,
-                max_len: int | None = None, min_len: int = 0, use_cache: bool = True) -> list[list[Hypothesis]]:
+                max_len: int | Sequence[int] | None = None, min_len: int = 0,
+                use_cache: bool = True) -> list[list[Hypothesis]]:
     """Batched beam search; returns the ``n_best`` hypotheses of each source, best first.
 
     Every step takes the top 2K continuations of each source's K beams; those ending in

@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -6,21 +7,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STOP_REASON_UNSPECIFIED: _ClassVar[StopReason]
+    STOP_REASON_END_OF_SENTENCE: _ClassVar[StopReason]
+    STOP_REASON_LENGTH_LIMIT: _ClassVar[StopReason]
+STOP_REASON_UNSPECIFIED: StopReason
+STOP_REASON_END_OF_SENTENCE: StopReason
+STOP_REASON_LENGTH_LIMIT: StopReason
+
 class DecodingOptions(_message.Message):
-    __slots__ = ("beam_size", "length_penalty", "max_output_tokens", "num_hypotheses", "return_scores", "return_attention")
+    __slots__ = ("beam_size", "length_penalty", "max_output_tokens", "num_hypotheses", "return_scores", "return_attention", "no_sentence_split")
     BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
     LENGTH_PENALTY_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_HYPOTHESES_FIELD_NUMBER: _ClassVar[int]
     RETURN_SCORES_FIELD_NUMBER: _ClassVar[int]
     RETURN_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    NO_SENTENCE_SPLIT_FIELD_NUMBER: _ClassVar[int]
     beam_size: int
     length_penalty: float
     max_output_tokens: int
     num_hypotheses: int
     return_scores: bool
     return_attention: bool
-    def __init__(self, beam_size: _Optional[int] = ..., length_penalty: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., num_hypotheses: _Optional[int] = ..., return_scores: _Optional[bool] = ..., return_attention: _Optional[bool] = ...) -> None: ...
+    no_sentence_split: bool
+    def __init__(self, beam_size: _Optional[int] = ..., length_penalty: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., num_hypotheses: _Optional[int] = ..., return_scores: _Optional[bool] = ..., return_attention: _Optional[bool] = ..., no_sentence_split: _Optional[bool] = ...) -> None: ...
 
 class TranslateRequest(_message.Message):
     __slots__ = ("texts", "source_lang", "target_lang", "model", "options", "request_id")
@@ -39,26 +51,42 @@ class TranslateRequest(_message.Message):
     def __init__(self, texts: _Optional[_Iterable[str]] = ..., source_lang: _Optional[str] = ..., target_lang: _Optional[str] = ..., model: _Optional[str] = ..., options: _Optional[_Union[DecodingOptions, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class Hypothesis(_message.Message):
-    __slots__ = ("text", "score", "source_pieces", "target_pieces", "attention", "num_tokens")
+    __slots__ = ("text", "score", "source_pieces", "target_pieces", "attention", "num_tokens", "stop_reason")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_PIECES_FIELD_NUMBER: _ClassVar[int]
     TARGET_PIECES_FIELD_NUMBER: _ClassVar[int]
     ATTENTION_FIELD_NUMBER: _ClassVar[int]
     NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     text: str
     score: float
     source_pieces: _containers.RepeatedScalarFieldContainer[str]
     target_pieces: _containers.RepeatedScalarFieldContainer[str]
     attention: _containers.RepeatedScalarFieldContainer[float]
     num_tokens: int
-    def __init__(self, text: _Optional[str] = ..., score: _Optional[float] = ..., source_pieces: _Optional[_Iterable[str]] = ..., target_pieces: _Optional[_Iterable[str]] = ..., attention: _Optional[_Iterable[float]] = ..., num_tokens: _Optional[int] = ...) -> None: ...
+    stop_reason: StopReason
+    def __init__(self, text: _Optional[str] = ..., score: _Optional[float] = ..., source_pieces: _Optional[_Iterable[str]] = ..., target_pieces: _Optional[_Iterable[str]] = ..., attention: _Optional[_Iterable[float]] = ..., num_tokens: _Optional[int] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ...) -> None: ...
+
+class Segment(_message.Message):
+    __slots__ = ("source", "start", "end", "hypotheses")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    HYPOTHESES_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    start: int
+    end: int
+    hypotheses: _containers.RepeatedCompositeFieldContainer[Hypothesis]
+    def __init__(self, source: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., hypotheses: _Optional[_Iterable[_Union[Hypothesis, _Mapping]]] = ...) -> None: ...
 
 class Translation(_message.Message):
-    __slots__ = ("hypotheses",)
+    __slots__ = ("hypotheses", "segments")
     HYPOTHESES_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     hypotheses: _containers.RepeatedCompositeFieldContainer[Hypothesis]
-    def __init__(self, hypotheses: _Optional[_Iterable[_Union[Hypothesis, _Mapping]]] = ...) -> None: ...
+    segments: _containers.RepeatedCompositeFieldContainer[Segment]
+    def __init__(self, hypotheses: _Optional[_Iterable[_Union[Hypothesis, _Mapping]]] = ..., segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message")
@@ -85,7 +113,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "pairs", "device", "variant", "max_texts_per_request", "max_chars_per_text", "max_tokens_per_text", "max_beam_size", "max_output_tokens")
+    __slots__ = ("name", "pairs", "device", "variant", "max_texts_per_request", "max_chars_per_text", "max_tokens_per_text", "max_beam_size", "max_output_tokens", "max_sentences_per_request", "max_tokens_per_request")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PAIRS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +123,8 @@ class ModelInfo(_message.Message):
     MAX_TOKENS_PER_TEXT_FIELD_NUMBER: _ClassVar[int]
     MAX_BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SENTENCES_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     name: str
     pairs: _containers.RepeatedScalarFieldContainer[str]
     device: str
@@ -104,7 +134,9 @@ class ModelInfo(_message.Message):
     max_tokens_per_text: int
     max_beam_size: int
     max_output_tokens: int
-    def __init__(self, name: _Optional[str] = ..., pairs: _Optional[_Iterable[str]] = ..., device: _Optional[str] = ..., variant: _Optional[str] = ..., max_texts_per_request: _Optional[int] = ..., max_chars_per_text: _Optional[int] = ..., max_tokens_per_text: _Optional[int] = ..., max_beam_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ...) -> None: ...
+    max_sentences_per_request: int
+    max_tokens_per_request: int
+    def __init__(self, name: _Optional[str] = ..., pairs: _Optional[_Iterable[str]] = ..., device: _Optional[str] = ..., variant: _Optional[str] = ..., max_texts_per_request: _Optional[int] = ..., max_chars_per_text: _Optional[int] = ..., max_tokens_per_text: _Optional[int] = ..., max_beam_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., max_sentences_per_request: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)
