@@ -44,6 +44,17 @@ import numpy as np
 
 from bench import bench_report
 from bench.engines import CPU_ENGINES, CUDA_ENGINES
+from cli import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    ArgumentParser,
+    UsageError,
+    check_input_file,
+    check_output_file,
+    deprecated_alias,
+    exit_status_help,
+    fail,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = "server"
@@ -72,14 +83,14 @@ def load_items(args: argparse.Namespace, data_cfg: Any, tokenizer: Any) -> list[
 
     raw: list[tuple[str, str, str, str | None]] = []
     if args.file:
-        src_lang, tgt_lang = parse_direction(args.pair or data_cfg.directions[0])
+        src_lang, tgt_lang = parse_direction((args.directions or data_cfg.directions)[0])
         for line in Path(args.file).read_text(encoding="utf-8").splitlines():
             if line.strip():
                 src, _, ref = line.partition("\t")
                 raw.append((src.strip(), src_lang, tgt_lang, ref.strip() or None))
         raw = raw[: args.sentences]
     else:
-        directions = [args.pair] if args.pair else list(data_cfg.directions)
+        directions = list(args.directions or data_cfg.directions)
         per_direction = -(-args.sentences // len(directions))
         by_dir: dict[str, list[tuple[str, str, str, str | None]]] = {d: [] for d in directions}
         for p in load_pairs(data_cfg, "test"):
@@ -88,7 +99,7 @@ def load_items(args: argparse.Namespace, data_cfg: Any, tokenizer: Any) -> list[
                 got.append((p.src, p.src_lang, p.tgt_lang, p.tgt))
         raw = [x for d in directions for x in by_dir[d]]
     if not raw:
-        raise SystemExit("no sentences: the checkpoint's data has no test split here; pass --file")
+        raise UsageError("no sentences: the checkpoint's data has no test split here; pass --input")
     return [Item(s, sl, tl, r, tokenizer.encode_source(s, tl)) for s, sl, tl, r in raw]
 
 
@@ -215,44 +226,77 @@ def cuda_available() -> str:
     return "no CUDA device (torch.cuda.is_available() is False)"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="nmt-bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="nmt-bench", description=__doc__, epilog=exit_status_help(EXIT_FAILED, EXIT_USAGE))
     p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
     p.add_argument("--package", required=True, help="the model package exported from that checkpoint")
-    p.add_argument("--file", type=Path, help="sentences: 'source' or 'source<TAB>reference' lines")
-    p.add_argument("--pair", help="direction of --file (default: the checkpoint's first); limits the test split")
+    p.add_argument("--input", dest="file", type=Path, help="sentences: 'source' or 'source<TAB>reference' lines, "
+                   "in the one direction of --directions (default: the checkpoint's test split)")
+    p.add_argument("--directions", help="comma-separated language pairs: the direction of --input, or the "
+                   "directions of the test split to use (default: the checkpoint's, its first for --input)")
     p.add_argument("--sentences", type=int, default=128, help="subset size (split over directions)")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads of every engine")
     p.add_argument("--engines", help=f"comma-separated (CPU: {','.join((*CPU_ENGINES, SERVER))}; "
-                                     f"CUDA: {','.join(CUDA_ENGINES)})")
-    p.add_argument("--modes", default="greedy,beam")
-    p.add_argument("--batch-sizes", default="1,32")
-    p.add_argument("--beam-size", type=int, default=4)
+                                     f"CUDA: {','.join(CUDA_ENGINES)}) (default: all of the device's)")
+    p.add_argument("--modes", default="greedy,beam", help="greedy and/or beam")
+    p.add_argument("--batch-sizes", default="1,32", help="texts per batch (offline) or per request (server)")
+    p.add_argument("--beam", dest="beam_size", type=int, default=4, help="beam size of the beam mode")
     p.add_argument("--repeats", type=int, default=1, help="timed passes per configuration; the fastest is kept")
     p.add_argument("--clients", type=int, default=8, help="concurrent gRPC clients for the server engine")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the engines run")
     p.add_argument("--ct2-model", type=Path, help="where to convert the checkpoint for CTranslate2 "
-                                                  "(default: beside --out; replaced every run)")
-    p.add_argument("--out", type=Path, help="JSON results (default bench/results/nmt_bench-<device>.json); "
-                                            "a Markdown table is written beside it")
-    p.add_argument("--chart", type=Path, help="also draw sentences/s as a PNG here")
-    args = p.parse_args(argv)
+                                                  "(default: beside --json; replaced every run)")
+    p.add_argument("--json", dest="out", type=Path, help="JSON results; a Markdown table is written beside it "
+                                                         "(default: bench/results/nmt_bench-DEVICE.json)")
+    p.add_argument("--png", dest="chart", type=Path, help="also draw sentences/s as a PNG here (default: none)")
+    for old, new in (("--file", "--input"), ("--pair", "--directions"), ("--beam-size", "--beam"),
+                     ("--out", "--json"), ("--chart", "--png")):
+        deprecated_alias(p, old, new)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags, checked; UsageError names the first that is wrong."""
+    args = build_parser().parse_args(argv)
+    if args.out:
+        check_output_file(args.out, "--json")
     args.out = args.out or Path(f"bench/results/nmt_bench-{args.device}.json")
+    if args.chart:
+        check_output_file(args.chart, "--png")
+    if args.file:
+        check_input_file(args.file, "--input", "a UTF-8 text file, one sentence a line")
+    args.directions = [d.strip() for d in args.directions.split(",") if d.strip()] if args.directions else None
+    if args.file and args.directions and len(args.directions) != 1:
+        raise UsageError(f"--input holds one direction; --directions gives {len(args.directions)}")
     default = (*CPU_ENGINES, SERVER) if args.device == "cpu" else CUDA_ENGINES
     args.engines = [e.strip() for e in args.engines.split(",")] if args.engines else list(default)
     allowed = set(CPU_ENGINES) | {SERVER} if args.device == "cpu" else set(CUDA_ENGINES) | {SERVER}
     unknown = [e for e in args.engines if e not in allowed]
     if unknown:
-        p.error(f"unknown engine(s) for {args.device}: {', '.join(unknown)}; choose from {', '.join(sorted(allowed))}")
+        raise UsageError(f"unknown engine(s) for {args.device}: {', '.join(unknown)}; choose from "
+                         f"{', '.join(sorted(allowed))}")
     args.modes = [m.strip() for m in args.modes.split(",")]
     if set(args.modes) - {"greedy", "beam"}:
-        p.error("--modes takes greedy and/or beam")
-    args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
+        raise UsageError("--modes takes greedy and/or beam")
+    try:
+        args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
+    except ValueError:
+        raise UsageError(f"--batch-sizes takes comma-separated integers, not {args.batch_sizes!r}") from None
+    for name in ("sentences", "threads", "beam_size", "repeats", "clients"):
+        if getattr(args, name) < 1 or any(b < 1 for b in args.batch_sizes):
+            raise UsageError("--sentences, --threads, --beam, --repeats, --clients and --batch-sizes must be at "
+                             "least 1")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except UsageError as e:  # what the user gave, refused before any work
+        return fail("nmt-bench", str(e), EXIT_USAGE)
+
+
+def run(argv: list[str] | None) -> int:
     args = parse_args(argv)
     info = {"command": "nmt-bench " + " ".join(sys.argv[1:] if argv is None else argv),
             "device": args.device, "threads": args.threads, "machine": bench_report.machine(),
@@ -263,17 +307,21 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps({**info, "skipped": why, "rows": []}, indent=1))
         return 0
 
-    from export.package import ModelPackage
+    from export.package import ModelPackage, PackageError
     from training import checkpoint as ckpt_io
     from training.config import RunConfig
 
-    ckpt_path = ckpt_io.resolve(args.checkpoint)
-    ckpt = ckpt_io.load(ckpt_path)
+    try:
+        ckpt_path = ckpt_io.resolve(args.checkpoint)
+        ckpt = ckpt_io.load(ckpt_path)
+        package = ModelPackage.load(args.package)
+    except (FileNotFoundError, PackageError) as e:
+        raise UsageError(str(e)) from None
     cfg = RunConfig.from_dict(ckpt["config"])
     tokenizer = ckpt_io.load_tokenizer(ckpt)
-    package = ModelPackage.load(args.package)
     if package.tokenizer_path.read_bytes() != tokenizer.model_proto:
-        raise SystemExit(f"{args.package} was not exported from {ckpt_path}: their tokenizers differ")
+        raise UsageError(f"{args.package} was not exported from {ckpt_path}: their tokenizers differ; give the "
+                         "package nmt-export wrote from this checkpoint")
     items = load_items(args, cfg.data, tokenizer)
     paths = {"checkpoint": str(ckpt_path), "package": str(args.package), "tokenizer": str(package.tokenizer_path),
              "max_target_tokens": package.max_target_tokens, "ct2_model": ""}

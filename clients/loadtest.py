@@ -22,7 +22,6 @@ import asyncio
 import itertools
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -31,8 +30,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from clients.client import NO_RETRY, AsyncTranslatorClient, Connection, TranslationError, parse_addresses
-from clients.credentials import add_token_arguments, resolve_token
+from cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ArgumentParser,
+    UsageError,
+    check_input_file,
+    check_output_file,
+    exit_status_help,
+    fail,
+    language,
+)
+from clients.client import NO_RETRY, AsyncTranslatorClient, Connection, TranslationError
+from clients.credentials import add_connection_arguments, connection, explain
 
 
 @dataclass(frozen=True)
@@ -156,9 +167,12 @@ def bundled_sentences(pair: str) -> list[str]:
         from training.config import DataConfig
         from training.data import bible_pairs
     except ImportError as e:
-        raise SystemExit(f"nmt-loadtest: the bundled test split needs the corpus package ({e}); "
-                         "pass --input FILE instead") from None
-    return [p.src for p in bible_pairs(DataConfig(directions=(pair,)), "test")]
+        raise UsageError(f"the bundled test split needs the corpus package ({e}); pass --input FILE instead") \
+            from None
+    try:
+        return [p.src for p in bible_pairs(DataConfig(directions=(pair,)), "test")]
+    except (KeyError, ValueError) as e:
+        raise UsageError(f"the bundled test split has no {pair} ({e}); pass --input FILE") from None
 
 
 def plot(results: list[LevelResult], path: Path, title: str) -> None:
@@ -189,6 +203,13 @@ def plot(results: list[LevelResult], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def plot_title(args: argparse.Namespace, results: list[LevelResult]) -> str:
+    """What the plot measured: the requests answered in the measured windows (not the corpus)."""
+    requests = sum(r.requests for r in results)
+    texts = f" of {args.texts_per_request} texts" if args.texts_per_request > 1 else ""
+    return f"nmt-loadtest {args.source}->{args.target}: {requests} requests{texts} in {len(results)} level(s)"
+
+
 def format_row(r: LevelResult) -> str:
     lat = r.latency_ms
     errors = ", ".join(f"{k} {v}" for k, v in sorted(r.errors.items())) or "none"
@@ -198,17 +219,12 @@ def format_row(r: LevelResult) -> str:
             f"p99 {lat['p99']:7.1f} max {lat['max']:7.1f} ms | errors: {errors}{extra}")
 
 
-async def run(args: argparse.Namespace, sentences: list[str], token: str | None = None) -> list[LevelResult]:
-    conn = Connection(addresses=tuple(parse_addresses(args.address or os.environ.get("NMT_ADDRESS"))),
-                      token=token, tls_ca=args.tls_ca)
+async def run(args: argparse.Namespace, sentences: list[str], conn: Connection) -> list[LevelResult]:
     levels = [("closed", float(c)) for c in args.concurrency] + [("open", r) for r in args.rate]
     results: list[LevelResult] = []
     deadline = time.monotonic() + args.max_total
     async with AsyncTranslatorClient(connection=conn, retry=NO_RETRY, timeout=args.timeout) as client:
-        try:
-            await client.list_models(timeout=10.0)
-        except TranslationError as e:
-            raise SystemExit(f"nmt-loadtest: the server does not answer: {e}") from None
+        await client.list_models(timeout=10.0)  # TranslationError: the server does not answer
         tester = LoadTester(client, sentences, args.source, args.target, model=args.model,
                             texts_per_request=args.texts_per_request, beam_size=args.beam, timeout=args.timeout)
         print(f"{len(levels)} level(s), {args.warmup:g}s warm-up + {args.duration:g}s each, "
@@ -241,28 +257,28 @@ def _numbers(kind: type) -> Callable[[str], list]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nmt-loadtest", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--address", action="append", help="server HOST:PORT; repeat or comma-separate for several "
-                   "(round-robin; default $NMT_ADDRESS or 127.0.0.1:50051)")
-    p.add_argument("-s", "--source", required=True)
-    p.add_argument("-t", "--target", required=True)
-    p.add_argument("--model", default="")
-    p.add_argument("--input", type=Path, help="sentences, one a line (default: the bundled test split)")
-    p.add_argument("--concurrency", type=_numbers(int), default=[], help="closed-loop levels, e.g. 1,8,64")
-    p.add_argument("--rate", type=_numbers(float), default=[], help="open-loop levels in requests/s, e.g. 5,20")
+    p = ArgumentParser(prog="nmt-loadtest", description=__doc__, epilog=exit_status_help(EXIT_FAILED, EXIT_USAGE))
+    p.add_argument("-s", "--source", required=True, type=language, help="source language, e.g. en")
+    p.add_argument("-t", "--target", required=True, type=language, help="target language, e.g. de")
+    add_connection_arguments(p)
+    p.add_argument("--model", default="", help="model name, when the server has several (default: the "
+                   "server's first)")
+    p.add_argument("-i", "--input", type=Path, help="sentences, one a line (default: the bundled test split of "
+                   "the pair)")
+    p.add_argument("--concurrency", type=_numbers(int), default=[], help="closed-loop levels, e.g. 1,8,64 "
+                   "(default: 1,8,64 when --rate is not given either)")
+    p.add_argument("--rate", type=_numbers(float), default=[], help="open-loop levels in requests/s, e.g. 5,20 "
+                   "(default: none)")
     p.add_argument("--duration", type=float, default=20.0, help="measured seconds per level")
     p.add_argument("--warmup", type=float, default=2.0, help="uncounted seconds before each level")
     p.add_argument("--max-total", type=float, default=600.0, help="stop after this many seconds in all")
     p.add_argument("--max-outstanding", type=int, default=256, help="open loop: at most this many requests open")
-    p.add_argument("--texts-per-request", type=int, default=1)
-    p.add_argument("--beam", type=int, default=1)
+    p.add_argument("--texts-per-request", type=int, default=1, help="sentences sent in each request")
+    p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
     p.add_argument("--timeout", type=float, default=30.0, help="deadline of each request, seconds")
-    p.add_argument("--seed", type=int, default=0, help="open-loop arrival times")
-    add_token_arguments(p)
-    p.add_argument("--tls-ca", type=Path)
-    p.add_argument("--json", type=Path, help="write the results here")
-    p.add_argument("--png", type=Path, help="draw throughput against latency here")
+    p.add_argument("--seed", type=int, default=0, help="seed of the open-loop arrival times")
+    p.add_argument("--json", type=Path, help="write the results here (default: none)")
+    p.add_argument("--png", type=Path, help="draw throughput against latency here (default: none)")
     return p
 
 
@@ -270,23 +286,32 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.concurrency and not args.rate:
         args.concurrency = [1, 8, 64]
-    if args.duration <= 0 or args.warmup < 0 or args.max_total <= 0 or args.texts_per_request < 1:
-        print("nmt-loadtest: --duration and --max-total must be positive, --warmup not negative, "
-              "--texts-per-request at least 1", file=sys.stderr)
-        return 2
-    if args.input:
-        sentences = [x for x in args.input.read_text(encoding="utf-8").split("\n") if x.strip()]
-    else:
-        sentences = bundled_sentences(f"{args.source}-{args.target}")
-    if not sentences:
-        print("nmt-loadtest: no sentences to send", file=sys.stderr)
-        return 2
     try:
-        token = resolve_token(args)
-    except ValueError as e:
-        print(f"nmt-loadtest: {e}", file=sys.stderr)
-        return 2
-    results = asyncio.run(run(args, sentences, token))
+        if args.duration <= 0 or args.warmup < 0 or args.max_total <= 0 or args.timeout <= 0:
+            raise UsageError("--duration, --max-total and --timeout must be more than 0, --warmup not negative")
+        if args.texts_per_request < 1 or args.beam < 1 or args.max_outstanding < 1:
+            raise UsageError("--texts-per-request, --beam and --max-outstanding must be at least 1")
+        for flag, path in (("--json", args.json), ("--png", args.png)):
+            if path:
+                check_output_file(path, flag)
+        if args.input:
+            check_input_file(args.input, "-i/--input", "a UTF-8 text file, one sentence a line")
+            try:
+                sentences = [x for x in args.input.read_text(encoding="utf-8").split("\n") if x.strip()]
+            except UnicodeDecodeError as e:
+                raise UsageError(f"-i/--input: {args.input} is not UTF-8 text: {e}") from None
+        else:
+            sentences = bundled_sentences(f"{args.source}-{args.target}")
+        if not sentences:
+            raise UsageError(f"no sentences to send: {args.input or 'the bundled test split'} has none")
+        conn = connection(args)
+        results = asyncio.run(run(args, sentences, conn))
+    except UsageError as e:
+        return fail("nmt-loadtest", str(e), EXIT_USAGE)
+    except TranslationError as e:
+        return fail("nmt-loadtest", f"the server does not answer: {explain(e, args)}", EXIT_FAILED)
+    except KeyboardInterrupt:
+        return fail("nmt-loadtest", "interrupted", EXIT_FAILED)
     report = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                          if k not in ("token",)},
               "sentences": len(sentences), "levels": [asdict(r) for r in results]}
@@ -294,10 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     if args.png and results:
-        plot(results, args.png, f"nmt-loadtest {args.source}->{args.target}, {len(sentences)} sentences")
+        plot(results, args.png, plot_title(args, results))
         print(f"wrote {args.png}", file=sys.stderr)
     failed = any(r.requests == 0 for r in results)
-    return 1 if failed or not results else 0
+    return EXIT_FAILED if failed or not results else EXIT_OK
 
 
 if __name__ == "__main__":

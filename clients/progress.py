@@ -6,6 +6,12 @@ import sys
 import time
 from typing import TextIO
 
+# No rate before this many seconds and lines, no estimate of the time left before this share
+# of the lines too: a 7 s job once showed "eta 460s" in its first second.
+SETTLE_SECONDS = 2.0
+SETTLE_LINES = 10
+ETA_FRACTION = 0.05
+
 
 class Progress:
     def __init__(self, total: int, unit: str = "lines", rate_unit: str = "sent/s", stream: TextIO | None = None,
@@ -30,13 +36,19 @@ class Progress:
             self._last = now
             self._draw(now)
 
-    def line(self, now: float | None = None) -> str:
+    def line(self, now: float | None = None, final: bool = False) -> str:
+        """``done/total unit (pct%)``, the rate once it means something, elapsed seconds, and an
+        estimate of the time left once enough is done to make one (the first requests of a run
+        are all in flight at once, so early rates say little)."""
         elapsed = max((now or time.monotonic()) - self.start, 1e-9)
-        rate = self.counted / elapsed
         pct = 100.0 * self.done / self.total if self.total else 100.0
+        settled = elapsed >= SETTLE_SECONDS and self.done >= SETTLE_LINES
+        rate = f", {self.counted / elapsed:.1f} {self.rate_unit}" if self.counted and (settled or final) else ""
         left = self.total - self.done
-        eta = f", eta {left / (self.done / elapsed):.0f}s" if self.done and left else ""
-        return f"{self.done}/{self.total} {self.unit} ({pct:.0f}%), {rate:.1f} {self.rate_unit}, {elapsed:.0f}s{eta}"
+        eta = ""
+        if settled and left and not final and self.done >= ETA_FRACTION * self.total:
+            eta = f", eta {left / (self.done / elapsed):.0f}s"
+        return f"{self.done}/{self.total} {self.unit} ({pct:.0f}%){rate}, {elapsed:.0f}s{eta}"
 
     def _draw(self, now: float) -> None:
         if not self.enabled:
@@ -50,5 +62,5 @@ class Progress:
     def close(self) -> None:
         if not self.enabled:
             return
-        self.stream.write(("\r\x1b[K" if self.tty else "") + self.line() + "\n")
+        self.stream.write(("\r\x1b[K" if self.tty else "") + self.line(final=True) + "\n")
         self.stream.flush()

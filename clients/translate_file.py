@@ -15,9 +15,9 @@ renamed to OUTPUT at the end, so an interrupted (even killed) run loses nothing 
 ``--resume`` translates only what is left, keeping the failures already listed. A server
 that is unavailable or busy (restarting, say) is retried until --timeout is used up. The
 server's bearer token comes from --auth-token-file or $NMT_AUTH_TOKEN (--auth-token works
-too, but other users of the machine can read it in the process list). Exit status: 0 done;
-3 done but some lines failed (in this run or the one it resumed); 1 stopped (server
-unreachable, interrupted: resume later); 2 bad usage.
+too, but other users of the machine can read it in the process list). Language codes are
+case-insensitive. Exit status 3 covers failed lines of this run or of the run it resumed;
+1 (stopped: server unreachable, interrupted) leaves OUTPUT.partial to --resume later.
 """
 
 from __future__ import annotations
@@ -37,6 +37,19 @@ from typing import TextIO
 
 import grpc
 
+from cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    ArgumentParser,
+    UsageError,
+    check_input_file,
+    check_output_file,
+    exit_status_help,
+    fail,
+    language,
+)
 from clients.client import (
     AsyncTranslatorClient,
     Connection,
@@ -44,16 +57,11 @@ from clients.client import (
     Translation,
     TranslationError,
     TranslatorClient,
-    parse_addresses,
 )
-from clients.credentials import add_token_arguments, resolve_token
+from clients.credentials import add_connection_arguments, connection, explain
 from clients.progress import Progress
 
-EXIT_OK, EXIT_STOPPED, EXIT_USAGE, EXIT_FAILED_LINES = 0, 1, 2, 3
-
-
-class UsageError(Exception):
-    pass
+EXIT_STOPPED, EXIT_FAILED_LINES = EXIT_FAILED, EXIT_PARTIAL  # this command's names for them
 
 
 @dataclass(frozen=True)
@@ -73,11 +81,14 @@ class Job:
     batch_lines: int = 32
     in_flight: int = 4
     timeout: float = 120.0
+    max_output_tokens: int = 0  # per sentence; 0: the server's default
+    split: bool = True  # the server splits each line into sentences
 
     @property
     def options(self) -> dict:
         return {"beam_size": max(self.beam_size, self.nbest), "num_hypotheses": self.nbest,
-                "return_scores": self.nbest > 1}
+                "return_scores": self.nbest > 1, "max_output_tokens": self.max_output_tokens,
+                "no_sentence_split": not self.split}
 
 
 def split_lines(text: str) -> list[str]:
@@ -96,12 +107,23 @@ def one_line(text: str) -> str:
 
 
 def format_translation(t: Translation | None, nbest: int) -> str:
-    """One output line: the best text, or with n-best ``text<TAB>score`` per hypothesis."""
+    """One output line: the best text, or with n-best ``text<TAB>score<TAB>stop reason`` per
+    hypothesis (``end_of_sentence``, or ``length_limit``: it may be cut short)."""
     if t is None:
         return ""
     if nbest <= 1:
         return one_line(t.text)
-    return "\t".join(f"{one_line(h.text).replace(chr(9), ' ')}\t{h.score:.4f}" for h in t.hypotheses)
+    return "\t".join(f"{one_line(h.text).replace(chr(9), ' ')}\t{h.score:.4f}\t{h.stop_reason.name.lower()}"
+                     for h in t.hypotheses)
+
+
+def warn_length_limited(where: list[int], what: str) -> None:
+    """One line on stderr naming the outputs that the output-length limit stopped: they may
+    be cut short."""
+    if where:
+        listed = ", ".join(map(str, where[:10])) + (", ..." if len(where) > 10 else "")
+        print(f"nmt-translate: {len(where)} {what}(s) stopped at the output-length limit and may be cut short "
+              f"({what} {listed}); raise --max-output-tokens", file=sys.stderr)
 
 
 class FileTranslator:
@@ -211,8 +233,12 @@ class FileTranslator:
 
 
 def _strip_index(message: str) -> str:
-    """``texts[0]: 600 characters; ...`` -> ``600 characters; ...`` (the line number says which)."""
-    return message.split(": ", 1)[1] if message.startswith("texts[0]: ") else message
+    """``texts[0]: 600 characters; ...`` -> ``600 characters; ...``, ``texts[0], sentence 2 of 3
+    ...`` -> ``sentence 2 of 3 ...`` (the line number says which)."""
+    for prefix in ("texts[0]: ", "texts[0], "):
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message
 
 
 # ---------------------------------------------------------------- the output file
@@ -341,7 +367,8 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
     with TranslatorClient(connection=conn, timeout=job.timeout, on_retry=notice) as probe:
         max_chars, max_texts = _model_limits(probe, job)
     meta = {"input_sha256": hashlib.sha256(raw).hexdigest(), "lines": len(lines), "source": job.source,
-            "target": job.target, "model": job.model, "beam_size": job.beam_size, "nbest": job.nbest}
+            "target": job.target, "model": job.model, "beam_size": job.beam_size, "nbest": job.nbest,
+            "max_output_tokens": job.max_output_tokens, "split": job.split}
     out = PartialOutput(Path(args.output), meta, args.resume, args.overwrite) if args.output else None
     start = out.done if out else 0
     quiet = args.quiet
@@ -352,7 +379,11 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
               f"{len(lines) - start}", file=sys.stderr)
     progress = Progress(len(lines) - start, enabled=not quiet)
 
-    def emit(_: int, t: Translation | None, failure: Failure | None) -> None:
+    limited: list[int] = []  # lines (1-based) whose translation the length limit stopped
+
+    def emit(i: int, t: Translation | None, failure: Failure | None) -> None:
+        if t is not None and t.length_limited:
+            limited.append(i + 1)
         line = format_translation(t, job.nbest)
         if out:
             out.write(line)
@@ -387,6 +418,7 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
     progress.close()
     if out:
         out.finish()
+    warn_length_limited(limited, "line")
     failures = earlier + translator.failures  # both in line order, the earlier run's lines first
     if failures:
         where = f" (all listed in {out.errors_path})" if out else ""
@@ -425,47 +457,52 @@ def translate_texts(args: argparse.Namespace, conn: Connection, job: Job) -> int
     if attention and len(args.texts) != 1:
         raise UsageError("--attention-png draws one sentence: give exactly one text")
     with TranslatorClient(connection=conn, timeout=job.timeout, on_retry=_retry_notice(job.timeout)) as client:
-        try:
-            result = client.translate(args.texts, job.source, job.target, model=job.model, timeout=job.timeout,
-                                      return_attention=attention, **job.options)
-        except TranslationError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return EXIT_STOPPED
+        result = client.translate(args.texts, job.source, job.target, model=job.model, timeout=job.timeout,
+                                  return_attention=attention, **job.options)
     for t in result:
         print(format_translation(t, job.nbest))
+    warn_length_limited([i + 1 for i, t in enumerate(result) if t.length_limited], "text")
     if attention:
         from clients.attention import draw_attention
 
-        hyp = result[0].hypotheses[0]
-        m = draw_attention(hyp, args.attention_png, title=f"{job.source}: {args.texts[0]}\n{job.target}: {hyp.text}")
+        t, source = result[0], args.texts[0]
+        hyp = t.hypotheses[0]
+        if len(t.segments) > 1:  # a matrix is per sentence
+            print(f"nmt-translate: the text has {len(t.segments)} sentences; drawing the first", file=sys.stderr)
+            hyp, source = t.segments[0].hypotheses[0], t.segments[0].source
+        m = draw_attention(hyp, args.attention_png, title=f"{job.source}: {source}\n{job.target}: {hyp.text}")
         print(f"wrote {args.attention_png} ({m.shape[0]} target x {m.shape[1]} source pieces)", file=sys.stderr)
     return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nmt-translate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="nmt-translate", description=__doc__,
+                       epilog=exit_status_help(EXIT_FAILED, EXIT_USAGE, EXIT_PARTIAL))
     p.add_argument("texts", nargs="*", help="texts to translate (otherwise -i FILE or standard input)")
-    p.add_argument("-s", "--source", required=True, help="source language, e.g. en")
-    p.add_argument("-t", "--target", required=True, help="target language, e.g. de")
-    p.add_argument("-i", "--input", help="a UTF-8 file, one sentence a line ('-' or none: standard input)")
-    p.add_argument("-o", "--output", help="write here (atomically); default standard output")
+    p.add_argument("-s", "--source", required=True, type=language, help="source language, e.g. en")
+    p.add_argument("-t", "--target", required=True, type=language, help="target language, e.g. de")
+    p.add_argument("-i", "--input", help="a UTF-8 file, one sentence a line; '-' is standard input (default: "
+                   "standard input, when no texts are given)")
+    p.add_argument("-o", "--output", help="write here, atomically, into an existing folder (default: standard "
+                   "output)")
     p.add_argument("--resume", action="store_true", help="continue OUTPUT.partial left by an interrupted run")
     p.add_argument("--overwrite", action="store_true", help="discard OUTPUT.partial and start over")
-    p.add_argument("--address", action="append", help="server HOST:PORT; repeat (or comma-separate) to balance "
-                   "round-robin over several (default $NMT_ADDRESS or 127.0.0.1:50051)")
-    p.add_argument("--model", default="", help="model name, when the server has several")
+    add_connection_arguments(p)
+    p.add_argument("--model", default="", help="model name, when the server has several (default: the "
+                   "server's first)")
     p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
-    p.add_argument("--nbest", type=int, default=1, help="hypotheses per line, written as text<TAB>score columns")
+    p.add_argument("--nbest", type=int, default=1, help="hypotheses per line, written as text<TAB>score<TAB>stop "
+                   "reason columns (end_of_sentence, or length_limit: may be cut short)")
+    p.add_argument("--max-output-tokens", type=int, default=0, help="most target tokens per sentence (default: "
+                   "the server's, which leaves room for the longest natural translations)")
+    p.add_argument("--no-split", dest="split", action="store_false", help="translate each line or text as one "
+                   "sentence (default: the server splits it into sentences and joins their translations)")
     p.add_argument("--batch-lines", type=int, default=32, help="lines per request")
     p.add_argument("--in-flight", type=int, default=4, help="requests open at once")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request, retries included: a "
                    "server that is unavailable or busy is retried (backoff up to 2 s) until this is used up")
-    add_token_arguments(p)
-    p.add_argument("--tls-ca", type=Path, help="CA certificate: connect with TLS")
-    p.add_argument("--tls-cert", type=Path, help="client certificate, for mutual TLS")
-    p.add_argument("--tls-key", type=Path, help="client key, for mutual TLS")
-    p.add_argument("--attention-png", help="draw the cross-attention of one text's translation to this PNG")
+    p.add_argument("--attention-png", help="draw the cross-attention of one text's translation to this PNG "
+                   "(default: none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     return p
 
@@ -476,30 +513,36 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("beam", "nbest", "batch_lines", "in_flight"):
             if getattr(args, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+        if args.timeout <= 0:
+            raise UsageError(f"--timeout must be more than 0 seconds, not {args.timeout:g}")
         if args.texts and args.input:
             raise UsageError("give texts or -i FILE, not both")
         if args.nbest > args.beam and args.beam > 1:
             raise UsageError(f"--nbest {args.nbest} is more than --beam {args.beam}")
-        addresses = parse_addresses(args.address or os.environ.get("NMT_ADDRESS"))
-        try:
-            token = resolve_token(args)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        conn = Connection(addresses=tuple(addresses), token=token, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
-                          tls_key=args.tls_key)
+        if args.input and args.input != "-":
+            check_input_file(args.input, "-i/--input", "a UTF-8 text file, one sentence a line")
+        if args.output:
+            check_output_file(args.output, "-o/--output")
+        if args.attention_png:
+            check_output_file(args.attention_png, "--attention-png")
+        conn = connection(args)
+        if args.max_output_tokens < 0:
+            raise UsageError(f"--max-output-tokens must be 0 (the server's default) or more, not "
+                             f"{args.max_output_tokens}")
         job = Job(args.source, args.target, args.model, args.beam, args.nbest, args.batch_lines, args.in_flight,
-                  args.timeout)
+                  args.timeout, args.max_output_tokens, args.split)
         if args.texts:
             return translate_texts(args, conn, job)
         if args.attention_png:
             raise UsageError("--attention-png needs the text on the command line")
         return translate_file(args, conn, job)
     except UsageError as e:
-        print(f"nmt-translate: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("nmt-translate", str(e), EXIT_USAGE)
     except TranslationError as e:
-        print(f"nmt-translate: {e}", file=sys.stderr)
-        return EXIT_STOPPED
+        return fail("nmt-translate", explain(e, args), EXIT_USAGE if e.code == grpc.StatusCode.INVALID_ARGUMENT
+                    else EXIT_FAILED)
+    except KeyboardInterrupt:
+        return fail("nmt-translate", "interrupted", EXIT_FAILED)
 
 
 if __name__ == "__main__":

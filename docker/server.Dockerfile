@@ -56,9 +56,12 @@ RUN set -eux; \
     mkdir -p /models; \
     chown nmt:nmt /models
 
+# nmt-serve listens on 127.0.0.1 unless told otherwise; in a container it must listen on
+# every interface (gRPC and metrics) for the published ports and Prometheus to reach it.
 ENV PATH=/opt/venv/bin:$PATH \
     NMT_HOST=0.0.0.0 \
     NMT_PORT=50051 \
+    NMT_METRICS_HOST=0.0.0.0 \
     NMT_METRICS_PORT=9090 \
     NMT_DEVICE=auto
 USER nmt

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, exit_status_help, fail
 from export import contract
 from export.package import ModelPackage, write_manifest
 from training import checkpoint as ckpt_io
@@ -99,6 +100,17 @@ def example_inputs(model: Transformer, b: int, s: int, p: int, seed: int = 0) ->
         for layer_name in contract.per_layer(name, layers):
             inputs[layer_name] = torch.randn(contract.kv_shape(name, b, heads, d_head, length), generator=g)
     return inputs
+
+
+class _DropTorchvisionNotices(logging.Filter):
+    """torch.onnx logs "torchvision is not installed. Skipping torchvision::nms" (and three more
+    ops) at every export, on a handler of its own; our graphs use no torchvision op."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("torchvision is not installed")
+
+
+logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(_DropTorchvisionNotices())
 
 
 @contextlib.contextmanager
@@ -199,9 +211,13 @@ def validate(path: Path, out_dir: Path, force: bool) -> tuple[list[str], dict[st
     ckpt = None
     try:
         ckpt = ckpt_io.load(ckpt_io.resolve(path))
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+    except (FileNotFoundError, ValueError) as e:
         problems.append(str(e))
-    if out_dir.exists() and any(out_dir.iterdir()) and not force:
+    except Exception as e:  # torch.load of something else: a pickle, zip or format error
+        problems.append(f"{path} is not a readable checkpoint ({type(e).__name__}: {str(e).strip().splitlines()[0]})")
+    if out_dir.exists() and not out_dir.is_dir():
+        problems.append(f"{out_dir} is a file; give a directory to write the package in")
+    elif out_dir.exists() and any(out_dir.iterdir()) and not force:
         problems.append(f"{out_dir} exists and is not empty; pass --force to overwrite it")
     if ckpt is None:
         return problems, None
@@ -233,7 +249,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
     path = ckpt_io.resolve(checkpoint)
     problems, ckpt = validate(path, out_dir, force)
     if problems:
-        raise ValueError(f"cannot export {checkpoint}:\n  - " + "\n  - ".join(problems))
+        raise ValueError(f"cannot export {checkpoint}: " + "; ".join(problems))
     assert ckpt is not None
     started = time.monotonic()
     model, cfg, _ = ckpt_io.load_model(path)
@@ -273,7 +289,9 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
             "max_source_tokens": m.max_positions, "max_target_tokens": m.max_positions - 1,
             "graphs": {graph: {"inputs": list(inputs), "outputs": list(outputs)}
                        for graph, (inputs, outputs) in contract.graph_names(m.n_decoder_layers).items()},
-            "provenance": {"checkpoint": path.name, "step": ckpt.get("step"), "averaged": ckpt.get("averaged"),
+            # The checkpoint's sha256 tells whether a package is up to date (scripts/run.sh).
+            "provenance": {"checkpoint": path.name, "checkpoint_sha256": ckpt_io.sha256_file(path),
+                           "step": ckpt.get("step"), "averaged": ckpt.get("averaged"),
                            "dev_bleu": dev_bleu, "config": asdict(cfg), "opset": OPSET,
                            "torch": torch.__version__, "max_abs_diff_vs_torch": worst,
                            "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
@@ -292,21 +310,26 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
     return package
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nmt-export", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a checkpoint file or a run directory (its average.pt or last checkpoint)")
-    p.add_argument("out_dir", help="the model package directory to write")
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="nmt-export", description=__doc__, epilog=exit_status_help(EXIT_FAILED, EXIT_USAGE))
+    p.add_argument("checkpoint", help="a checkpoint (.pt), a shipped model's directory (its model.pt) or a run "
+                                      "directory of nmt-train (its average.pt or last checkpoint)")
+    p.add_argument("out_dir", help="the model package directory to write (created with its parents)")
     p.add_argument("--int8", action="store_true", help="add int8 graphs (dynamic quantization) for the CPU")
     p.add_argument("--fp16", action="store_true", help="add half-precision graphs for CUDA")
     p.add_argument("--force", action="store_true", help="overwrite an existing, non-empty out_dir")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         export_checkpoint(args.checkpoint, args.out_dir, int8=args.int8, fp16=args.fp16, force=args.force)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        print(f"nmt-export: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    except (ValueError, FileNotFoundError) as e:  # what the user gave: collected and named before any work
+        return fail("nmt-export", str(e), EXIT_USAGE)
+    except RuntimeError as e:  # the exported graphs do not match PyTorch
+        return fail("nmt-export", str(e), EXIT_FAILED)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

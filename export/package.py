@@ -23,9 +23,10 @@ from export import contract
 class PackageError(ValueError):
     """A model package that cannot be served; the message lists every problem found."""
 
-    def __init__(self, path: Path, problems: list[str]) -> None:
+    def __init__(self, path: Path, problems: list[str], hint: str = "export the checkpoint again with nmt-export"
+                 ) -> None:
         self.problems = problems
-        super().__init__(f"model package {path} is not valid:\n  - " + "\n  - ".join(problems))
+        super().__init__(f"model package {path} is not valid: " + "; ".join(problems) + (f" ({hint})" if hint else ""))
 
 
 def sha256(path: Path) -> str:
@@ -76,10 +77,17 @@ class ModelPackage:
         """Read and validate a package; raises PackageError naming every mismatch."""
         path = Path(path)
         manifest_path = path / contract.MANIFEST
+        if path.is_file() and path.suffix == ".pt":
+            raise PackageError(path, [_not_a_package(path)], "")
+        if path.is_file():
+            raise PackageError(path, ["this is a file, not a model package directory"],
+                               "give the directory nmt-export wrote")
         if not path.is_dir():
-            raise PackageError(path, ["the directory does not exist"])
+            raise PackageError(path, ["the directory does not exist"], "give the directory nmt-export wrote")
         if not manifest_path.is_file():
-            raise PackageError(path, [f"{contract.MANIFEST} is missing"])
+            if _holds_checkpoint(path):
+                raise PackageError(path, [_not_a_package(path)], "")
+            raise PackageError(path, [f"{contract.MANIFEST} is missing"], "give the directory nmt-export wrote")
         try:
             m = json.loads(manifest_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -106,6 +114,15 @@ class ModelPackage:
                    language_tags=dict(m["language_tags"]), pairs=tuple(m["pairs"]),
                    max_source_tokens=int(m["max_source_tokens"]), max_target_tokens=int(m["max_target_tokens"]),
                    variants=variants, provenance=m.get("provenance", {}))
+
+
+def _holds_checkpoint(path: Path) -> bool:
+    """A shipped model (model.pt), a training run (checkpoints/, average.pt) or any *.pt file."""
+    return (path / "checkpoints").is_dir() or any(path.glob("*.pt"))
+
+
+def _not_a_package(path: Path) -> str:
+    return f"this is a checkpoint, not a model package: export it with nmt-export {path} OUT, then pass OUT"
 
 
 _REQUIRED = ("format", "format_version", "model", "special_ids", "language_tags", "pairs", "max_source_tokens",

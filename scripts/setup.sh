@@ -10,5 +10,7 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt -e ".[train,export,serve,dev,bench]"
+# setuptools prints a boxed UserWarning about editable installs on every run, -q or not.
+PYTHONWARNINGS=ignore::UserWarning \
+  .venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt -e ".[train,export,serve,dev,bench]"
 echo "environment ready: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')"

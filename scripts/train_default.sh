@@ -13,17 +13,22 @@
 #
 # CHUNK=8 trains at most 8 minutes per call and exits; calling the script again with the
 # same settings continues the run from its last checkpoint (for machines lent in slices
-# of under 10 minutes). The run lives in $RUN, so continuing needs that directory: from a
-# fresh clone the run starts over. When the run is done the averaged weights are shipped to
-# $RUN/model (never over models/default), exported to packages/$(basename $RUN) and scored
-# against PyTorch on the test split ($RUN/model/test-scores.txt).
+# of under 10 minutes). Resuming needs the run directory, $RUN (runs/default-cpu or
+# runs/default-gpu; runs/ is not in git): on another machine or a fresh clone, copy it
+# there first, or the run starts over. When the run is done the averaged weights are
+# shipped to $RUN/model, exported to packages/$(basename $RUN) and scored against PyTorch
+# on the test split ($RUN/model/test-scores.txt). models/default is left alone unless
+# SHIP=1, which then ships the new model over it.
 #
 #   PYTHON=python3 ...   use an existing environment instead of creating .venv
 #   RUN=runs/x MINUTES=120 THREADS=2 CHUNK=0 ...   where, how long, how many CPU threads
+#   SHIP=1 ...           also replace models/default with the new model (after it is scored)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEVICE=${DEVICE:-cpu}
 CHUNK=${CHUNK:-0}
+SHIP=${SHIP:-0}
+case "$SHIP" in 0|1) ;; *) echo "SHIP must be 0 or 1, got '$SHIP'" >&2; exit 2 ;; esac
 if [ -z "${PYTHON:-}" ]; then
   bash scripts/setup.sh
   PYTHON=.venv/bin/python
@@ -44,6 +49,11 @@ case "$DEVICE" in
 esac
 # The shipped model's tokenizer (the one nmt-train trains for these six directions, seed 1)
 # is placed in the run first, as it was for the shipped run: nmt-train reuses it.
+if [ -d "$RUN/checkpoints" ]; then
+  echo "continuing the run in $RUN (its checkpoints are there)"
+else
+  echo "starting a new run in $RUN; to resume it later, keep this directory (runs/ is not in git)"
+fi
 mkdir -p "$RUN"
 [ -f "$RUN/tokenizer.model" ] || cp models/default/tokenizer.model "$RUN/tokenizer.model"
 set +e
@@ -53,7 +63,8 @@ set +e
 status=$?
 set -e
 if [ "$status" = 75 ]; then
-  echo "$RUN is saved and not finished: run the same command again to continue it"
+  echo "$RUN is saved and not finished: run the same command again to continue it (it needs $RUN: keep" \
+       "that directory, or copy it to the machine that continues)"
   exit 0
 fi
 [ "$status" = 0 ] || exit "$status"
@@ -61,3 +72,9 @@ fi
 "$PYTHON" -m export.onnx_export "$RUN/model" "packages/$(basename "$RUN")" --int8 --force
 "$PYTHON" -m export.verify "packages/$(basename "$RUN")" "$RUN/model" --split test --beam 1 --threads 2 \
   | tee "$RUN/model/test-scores.txt"
+if [ "$SHIP" = 1 ]; then
+  "$PYTHON" -m training.ship "$RUN" models/default
+  echo "shipped $RUN over models/default (git diff models/default shows what changed)"
+else
+  echo "the model is in $RUN/model; models/default is unchanged (SHIP=1 replaces it)"
+fi

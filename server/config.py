@@ -6,42 +6,58 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, exit_status_help
+
+
+def setting(default: Any, help: str) -> Any:
+    """A field of ServerConfig with its --help text, which is its documentation too."""
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    model: tuple[str, ...] = ()  # "DIR" or "NAME=DIR"; the first is the default model
-    host: str = "[::]"
-    port: int = 50051
-    device: str = "auto"  # auto | cuda | cpu
-    threads: int = 0  # onnxruntime intra-op threads on the CPU; 0 = its default
-    int8: bool = False  # CPU: serve the int8 graphs when the package has them
-    # CPU: let onnxruntime's threads spin waiting for work. Off by default: in a server they
-    # share the cores with gRPC and the event loop, and spinning threads starve those.
-    spin_threads: bool = False
-    metrics_port: int = 9090  # -1 disables the Prometheus exporter; 0 picks a free port
-    metrics_host: str = "0.0.0.0"
-    max_texts: int = 64  # texts per request
-    max_chars: int = 4000  # characters per text
-    max_tokens: int = 256  # source tokens per text (tag and eos included); capped by the model
-    max_output_tokens: int = 256  # capped by the model
-    max_beam: int = 8
-    max_message_bytes: int = 4 * 1024 * 1024
-    max_batch_rows: int = 64
-    max_tokens_in_flight: int = 65536
-    max_queue: int = 1024
-    stream_window: int = 32  # requests of one stream decoded concurrently
-    grace_seconds: float = 10.0  # SIGTERM: time for in-flight work to finish
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_client_ca: str = ""  # set: clients must present a certificate signed by it (mutual TLS)
-    auth_token: str = ""  # set: every RPC but health needs "authorization: Bearer <token>"
-    auth_token_file: str = ""  # the token read from a file (a flag's value shows in the process list)
-    max_concurrent_rpcs: int = 1024  # beyond it a call gets RESOURCE_EXHAUSTED at once (health included)
-    log_level: str = "INFO"
+    model: tuple[str, ...] = setting((), "a model package to serve: DIR or NAME=DIR, the directory nmt-export "
+                                         "wrote (repeatable; the first is the default model)")
+    host: str = setting("127.0.0.1", "address to listen on: 127.0.0.1 for this machine only; 0.0.0.0 or [::] "
+                                     "for every interface (in a container)")
+    port: int = setting(50051, "gRPC port; 0 picks a free one")
+    device: str = setting("auto", "auto (CUDA when it works, else the CPU with one warning), cuda or cpu")
+    threads: int = setting(0, "onnxruntime intra-op threads on the CPU; 0 = its default")
+    int8: bool = setting(False, "CPU: serve the int8 graphs when the package has them")
+    spin_threads: bool = setting(False, "CPU: let onnxruntime's threads spin waiting for work. Off by default: "
+                                        "in a server they share the cores with gRPC and the event loop, and "
+                                        "spinning threads starve those")
+    metrics_port: int = setting(9090, "port of the Prometheus exporter; -1 turns it off; 0 picks a free one")
+    metrics_host: str = setting("127.0.0.1", "address the Prometheus exporter listens on (0.0.0.0: every "
+                                             "interface)")
+    max_texts: int = setting(64, "texts per request")
+    max_chars: int = setting(4000, "characters per text")
+    max_tokens: int = setting(256, "source tokens per text (tag and eos included); capped by the model")
+    max_output_tokens: int = setting(256, "output tokens per text; capped by the model")
+    max_beam: int = setting(8, "the largest beam size a request may ask for")
+    max_message_bytes: int = setting(4 * 1024 * 1024, "the largest gRPC message, request or response, in bytes")
+    max_batch_rows: int = setting(64, "rows (texts x beams) decoded together in one step")
+    max_tokens_in_flight: int = setting(65536, "source and output tokens held by the batch at once")
+    max_queue: int = setting(1024, "texts waiting to join the batch; beyond it a request gets "
+                                   "RESOURCE_EXHAUSTED at once")
+    stream_window: int = setting(32, "requests of one stream decoded concurrently")
+    grace_seconds: float = setting(10.0, "on SIGTERM, time for in-flight work to finish")
+    tls_cert: str = setting("", "the server's certificate (PEM): serve with TLS (with --tls-key)")
+    tls_key: str = setting("", "the private key of --tls-cert (PEM)")
+    tls_client_ca: str = setting("", "a CA certificate (PEM): clients must present a certificate signed by it "
+                                     "(mutual TLS)")
+    auth_token: str = setting("", "require 'authorization: Bearer TOKEN' on every RPC but health; a flag's value "
+                                  "is visible to every user of the machine in the process list: prefer "
+                                  "NMT_AUTH_TOKEN or --auth-token-file")
+    auth_token_file: str = setting("", "read the bearer token from this file (surrounding whitespace is ignored)")
+    max_concurrent_rpcs: int = setting(1024, "calls handled at once; the excess gets RESOURCE_EXHAUSTED at once "
+                                             "(health included)")
+    log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -57,10 +73,25 @@ class ServerConfig:
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 out.append(f"{flag(name)} is {getattr(self, name)}; it must be at least {low}")
-        if self.port > 65535:
-            out.append(f"{flag('port')} is {self.port}; ports end at 65535")
+        for name in ("port", "metrics_port"):
+            if getattr(self, name) > 65535:
+                out.append(f"{flag(name)} is {getattr(self, name)}; ports end at 65535")
+        if self.metrics_port < -1:
+            out.append(f"{flag('metrics_port')} is {self.metrics_port}; give a port, 0 for a free one or -1 for none")
         if not 0 <= self.grace_seconds < float("inf"):
             out.append(f"{flag('grace_seconds')} is {self.grace_seconds}; it must be 0 or more")
+        if self.device not in DEVICES:
+            out.append(f"{flag('device')} is {self.device!r}; it must be {', '.join(DEVICES[:-1])} or {DEVICES[-1]}")
+        if self.log_level.upper() not in LOG_LEVELS:
+            out.append(f"{flag('log_level')} is {self.log_level!r}; it must be {', '.join(LOG_LEVELS[:-1])} or "
+                       f"{LOG_LEVELS[-1]}")
+        for name in ("host", "metrics_host"):
+            if not getattr(self, name).strip():
+                out.append(f"{flag(name)} is empty; give an address such as 127.0.0.1")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            out.append(f"{flag('tls_cert')} and {flag('tls_key')} go together")
+        if self.tls_client_ca and not self.tls_cert:
+            out.append(f"{flag('tls_client_ca')} needs {flag('tls_cert')} and {flag('tls_key')}")
         if out:
             return out
         # Limits must agree, or requests within what ListModels advertises fail forever.
@@ -100,12 +131,8 @@ class ServerConfig:
         return d
 
 
-HELP = {
-    "auth_token": "require 'authorization: Bearer TOKEN' on every RPC but health; a flag's value is visible "
-                  "to every user of the machine in the process list: prefer NMT_AUTH_TOKEN or --auth-token-file",
-    "auth_token_file": "read the bearer token from this file (surrounding whitespace is ignored)",
-    "max_concurrent_rpcs": "calls handled at once; the excess gets RESOURCE_EXHAUSTED at once",
-}
+DEVICES = ("auto", "cuda", "cpu")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class ConfigError(ValueError):
@@ -120,50 +147,57 @@ def env_name(field_name: str) -> str:
     return "NMT_" + field_name.upper()
 
 
-def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> ServerConfig:
-    environ = dict(os.environ if environ is None else environ)
+def build_parser() -> argparse.ArgumentParser:
+    """The flags, one per field of ServerConfig, with the field's help and default (and its
+    environment variable). Flags default to None so that parse_args can tell a flag given
+    from one left to the environment or the default."""
+    p = ArgumentParser(prog="nmt-serve", description="Serve model packages (the directories nmt-export writes) "
+                       "over gRPC.\n\n  nmt-serve --model packages/default --port 50051 --device auto",
+                       epilog="Every flag can also be set as an environment variable: --max-texts <-> "
+                              "NMT_MAX_TEXTS (NMT_MODEL takes several packages separated by commas); flags win. "
+                              + exit_status_help(EXIT_FAILED, EXIT_USAGE, done="stopped by SIGTERM or Ctrl-C, "
+                                                 "after draining") + ".")
     defaults = ServerConfig()
-    p = argparse.ArgumentParser(prog="nmt-serve", description="Serve model packages over gRPC.",
-                                epilog="Every flag can also be set as an environment variable: --max-texts <-> "
-                                       "NMT_MAX_TEXTS (NMT_MODEL takes several packages separated by commas).")
     for f in fields(ServerConfig):
         default = getattr(defaults, f.name)
+        shown = "none" if default in ((), "") else ("on" if default is True else "off" if default is False
+                                                    else default)
+        help_text = f"{f.metadata['help']} (default: {shown}; ${env_name(f.name)})"
         if f.name == "model":
-            p.add_argument(flag(f.name), action="append", metavar="[NAME=]DIR",
-                           help="a model package to serve (repeatable)")
+            p.add_argument(flag(f.name), action="append", metavar="[NAME=]DIR", help=help_text)
         elif isinstance(default, bool):
-            p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None)
+            p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
-            p.add_argument(flag(f.name), type=type(default), default=None, metavar=f.name.upper(),
-                           help=HELP.get(f.name))
+            p.add_argument(flag(f.name), type=type(default), default=None, metavar=f.name.upper(), help=help_text)
+    return p
+
+
+def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> ServerConfig:
+    environ = os.environ if environ is None else environ
+    defaults = ServerConfig()
+    p = build_parser()
     args = p.parse_args(argv)
     values: dict[str, Any] = {}
-    for f in fields(ServerConfig):
-        default = getattr(defaults, f.name)
-        flag_value = getattr(args, f.name)
-        env = environ.get(env_name(f.name))
-        if f.name == "model":
-            if flag_value:
-                values["model"] = tuple(flag_value)
-            elif env:
-                values["model"] = tuple(x.strip() for x in env.split(",") if x.strip())
-            continue
-        if flag_value is not None:
-            values[f.name] = flag_value
-        elif env is not None:
-            values[f.name] = _from_env(f.name, env, default)
     try:
+        for f in fields(ServerConfig):
+            default = getattr(defaults, f.name)
+            flag_value = getattr(args, f.name)
+            env = environ.get(env_name(f.name))
+            if f.name == "model":
+                if flag_value:
+                    values["model"] = tuple(flag_value)
+                elif env:
+                    values["model"] = tuple(x.strip() for x in env.split(",") if x.strip())
+                continue
+            if flag_value is not None:
+                values[f.name] = flag_value
+            elif env is not None:
+                values[f.name] = _from_env(f.name, env, default)
         cfg = ServerConfig(**values)
     except ConfigError as e:
         p.error(str(e))
     if not cfg.model:
-        p.error("no model: pass --model DIR (or set NMT_MODEL)")
-    if cfg.device not in ("auto", "cuda", "cpu"):
-        p.error(f"--device must be auto, cuda or cpu, not {cfg.device!r}")
-    if bool(cfg.tls_cert) != bool(cfg.tls_key):
-        p.error("--tls-cert and --tls-key go together")
-    if cfg.tls_client_ca and not cfg.tls_cert:
-        p.error("--tls-client-ca needs --tls-cert and --tls-key")
+        p.error("no model: pass --model DIR, a package written by nmt-export (or set NMT_MODEL)")
     return cfg
 
 
@@ -173,8 +207,9 @@ def _from_env(name: str, value: str, default: Any) -> Any:
             return True
         if value.lower() in ("0", "false", "no", "off", ""):
             return False
-        raise SystemExit(f"{env_name(name)}={value!r}: expected true or false")
+        raise ConfigError(f"{env_name(name)}={value!r}: expected true or false")
     try:
         return type(default)(value)
     except ValueError:
-        raise SystemExit(f"{env_name(name)}={value!r}: expected a {type(default).__name__}") from None
+        kind = {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
+        raise ConfigError(f"{env_name(name)}={value!r}: expected {kind}") from None

@@ -9,10 +9,12 @@ port 0; ``main()`` adds the command line, logging and signal handling.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import json
 import logging
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -24,10 +26,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from cli import EXIT_FAILED, EXIT_USAGE
 from export.package import ModelPackage, PackageError
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
-from server.config import ServerConfig, parse_args
+from server.config import ServerConfig, flag, parse_args
 from server.decoding import DecodeOptions, Job, decode_all
 from server.metrics import Metrics
 from server.runtime import Runtime, RuntimeOptions
@@ -167,6 +170,67 @@ class TokenAuth(grpc.aio.ServerInterceptor):
         return _handler_like(handler, deny_stream if handler.response_streaming else deny, None)
 
 
+def _listen(server: grpc.aio.Server, cfg: ServerConfig) -> int:
+    """Bind the gRPC port (with TLS when configured); StartupError says why it cannot."""
+    address = f"{cfg.host}:{cfg.port}"
+    creds = None
+    if cfg.tls_cert:
+        client_ca = _read(cfg.tls_client_ca, "tls_client_ca") if cfg.tls_client_ca else None
+        creds = grpc.ssl_server_credentials([(_read(cfg.tls_key, "tls_key"), _read(cfg.tls_cert, "tls_cert"))],
+                                            root_certificates=client_ca, require_client_auth=client_ca is not None)
+    # Binding a test socket first finds the reason (grpc says only "Failed to bind to address")
+    # and keeps grpc's own multi-line log of the failure off the terminal.
+    if cfg.port and (error := bind_error(cfg.host, cfg.port)):
+        raise StartupError(cannot_listen("gRPC", cfg.host, cfg.port, error))
+    try:
+        return server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+    except RuntimeError:  # lost a race for the port, or something the test socket did not meet
+        raise StartupError(cannot_listen("gRPC", cfg.host, cfg.port, bind_error(cfg.host, cfg.port))) from None
+
+
+def _read(path: str, field_name: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise StartupError(f"{flag(field_name)} {path}: cannot read it: {e.strerror}") from None
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """What binding ``host:port`` runs into when no address it resolves to can be bound, as grpc
+    fails (None: one can; the failure was something else)."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        return e
+    errors: list[OSError] = []
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc and http.server do
+            try:
+                s.bind(sockaddr)
+            except OSError as e:
+                errors.append(e)
+    if not errors or len(errors) < len(infos):
+        return None
+    return next((e for e in errors if e.errno == errno.EADDRINUSE), errors[0])
+
+
+def cannot_listen(what: str, host: str, port: int, error: OSError | None) -> str:
+    """One line: which address could not be bound, why, and what to change."""
+    port_flag, host_flag = ("--port", "--host") if what == "gRPC" else ("--metrics-port", "--metrics-host")
+    head = f"cannot listen for {what} on {host}:{port}"
+    if isinstance(error, socket.gaierror) or (error and error.errno == errno.EADDRNOTAVAIL):
+        return (f"{head}: {host} is not an address of this machine; pass {host_flag} 127.0.0.1 (this machine "
+                f"only) or {host_flag} 0.0.0.0 (every interface)")
+    if error and error.errno == errno.EADDRINUSE:
+        off = " or -1 to turn metrics off" if what == "metrics" else ""
+        return (f"{head}: the port is already in use (another nmt-serve?); stop that process or pass another "
+                f"{port_flag} (0 picks a free port{off})")
+    if error and error.errno == errno.EACCES:
+        return f"{head}: permission denied (ports below 1024 need privileges); pass another {port_flag}"
+    return f"{head}: {error.strerror if error and error.strerror else error or 'grpc could not bind it'}"
+
+
 async def build_server(cfg: ServerConfig) -> RunningServer:
     """Bind and start with health NOT_SERVING, load and warm up the models, then SERVING.
 
@@ -188,15 +252,12 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
     pb_grpc.add_TranslatorServicer_to_server(service, server)
     reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME), server)
-    address = f"{cfg.host}:{cfg.port}"
-    if cfg.tls_cert:
-        client_ca = Path(cfg.tls_client_ca).read_bytes() if cfg.tls_client_ca else None
-        creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(), Path(cfg.tls_cert).read_bytes())],
-                                            root_certificates=client_ca, require_client_auth=client_ca is not None)
-        port = server.add_secure_port(address, creds)
-    else:
-        port = server.add_insecure_port(address)
-    metrics_port = metrics.serve(cfg.metrics_port, cfg.metrics_host) if cfg.metrics_port >= 0 else None
+    port = _listen(server, cfg)
+    try:
+        metrics_port = metrics.serve(cfg.metrics_port, cfg.metrics_host) if cfg.metrics_port >= 0 else None
+    except OSError as e:
+        await server.stop(None)  # releases the gRPC port it bound
+        raise StartupError(cannot_listen("metrics", cfg.metrics_host, cfg.metrics_port, e)) from None
     await server.start()
     try:
         models = await asyncio.to_thread(load_models, cfg, metrics)
@@ -244,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(serve(cfg))
     except (PackageError, StartupError, ValueError, OSError) as e:
         log.error("cannot start: %s", e)
-        return 2
+        return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C before the models were in (after that, SIGINT drains)
+        log.error("interrupted while starting")
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -22,7 +22,10 @@ import pytest
 from clients.attention import attention_matrix, draw_attention
 from clients.client import (
     AsyncTranslatorClient,
+    Hypothesis,
     RetryPolicy,
+    StopReason,
+    Translation,
     TranslationError,
     TranslatorClient,
     parse_addresses,
@@ -141,13 +144,14 @@ def test_retries_stop_at_the_deadline():
 
 def test_resource_exhausted_is_retried(tiny_package):
     busy = ServerThread(tiny_package, max_queue=1, max_batch_rows=1, max_texts=1, max_beam=1)
+    singles = [x for x in TEXTS[:6] if x != TEXTS[4]]  # one sentence each: a queue of one holds no more
     try:
         async def go() -> tuple[list, list]:
             async with AsyncTranslatorClient(busy.address, retry=RetryPolicy(attempts=50, initial_backoff=0.02,
                                                                              max_backoff=0.1)) as c, \
                     AsyncTranslatorClient(busy.address, retry=RetryPolicy(attempts=1)) as no_retry:
-                retried = await asyncio.gather(*(c.translate([x], "en", "de", timeout=30) for x in TEXTS[:6]))
-                once = await asyncio.gather(*(no_retry.translate([x], "en", "de", timeout=30) for x in TEXTS[:6]),
+                retried = await asyncio.gather(*(c.translate([x], "en", "de", timeout=30) for x in singles))
+                once = await asyncio.gather(*(no_retry.translate([x], "en", "de", timeout=30) for x in singles),
                                             return_exceptions=True)
                 return retried, once
 
@@ -257,9 +261,9 @@ def big_file(tmp_path_factory, toy_corpus) -> tuple[Path, list[str]]:
 
 @pytest.fixture(scope="module")
 def alone(client, big_file) -> dict[str, str]:
-    """Each distinct translatable line, translated alone."""
+    """Each distinct translatable line, translated alone (blank lines are not sent: they stay empty)."""
     out = {}
-    for text in set(big_file[1]):
+    for text in {x for x in big_file[1] if x.strip()}:
         with contextlib.suppress(TranslationError):
             out[text] = client.translate([text], "en", "de")[0].text
     return out
@@ -355,9 +359,93 @@ def test_nbest_is_tsv_and_bad_pair_fails_before_sending(server, tmp_path, capsys
                            "--address", server.address, "-q"]) == 0
     rows = out.read_text().split("\n")
     assert len(rows) == 4 and rows[1] == "" and rows[3] == ""
-    assert len(rows[0].split("\t")) == 4 and float(rows[0].split("\t")[1]) < 0
+    columns = rows[0].split("\t")  # text, score, stop reason per hypothesis
+    assert len(columns) == 6 and float(columns[1]) < 0 and columns[2] in ("end_of_sentence", "length_limit")
     assert translate_main(["-s", "en", "-t", "fr", "-i", str(src), "-o", str(out), "--address", server.address]) == 2
     assert "language pair en-fr is not served by model 'tiny'; it serves: en-de, de-en" in capsys.readouterr().err
+
+
+def _cli(module: str, *args: str) -> subprocess.CompletedProcess:
+    """A client command as users run it."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+
+
+def test_file_mistakes_are_one_line_and_exit_2(tmp_path):
+    """Each was a traceback (FileNotFoundError, IsADirectoryError) before; no server is needed to meet them."""
+    src = tmp_path / "in.txt"
+    src.write_text("Jesus wept.\n")
+    cases = [
+        (["-i", str(tmp_path / "missing.txt")],
+         f"-i/--input: {tmp_path / 'missing.txt'} does not exist; give a UTF-8 text file, one sentence a line"),
+        (["-i", str(tmp_path)], f"-i/--input: {tmp_path} is a directory; give a UTF-8 text file, one sentence a line"),
+        (["-i", str(src), "-o", str(tmp_path / "no" / "out.txt")],
+         f"-o/--output: cannot write {tmp_path / 'no' / 'out.txt'}: the folder {tmp_path / 'no'} does not exist; "
+         "create it first"),
+        (["-i", str(src), "-o", str(tmp_path)], f"-o/--output: {tmp_path} is a directory; give a file name"),
+        (["-i", str(src), "--tls-ca", str(tmp_path / "ca.pem")],
+         f"--tls-ca: {tmp_path / 'ca.pem'} does not exist; give a PEM file"),
+    ]
+    for args, message in cases:
+        r = _cli("clients.translate_file", "-s", "en", "-t", "de", *args)
+        assert (r.returncode, r.stderr) == (2, f"nmt-translate: error: {message}\n"), args
+    for args, message in [
+        (["--input", str(tmp_path / "missing.txt")],
+         f"-i/--input: {tmp_path / 'missing.txt'} does not exist; give a UTF-8 text file, one sentence a line"),
+        (["--input", str(src), "--json", str(tmp_path / "no" / "r.json")],
+         f"--json: cannot write {tmp_path / 'no' / 'r.json'}: the folder {tmp_path / 'no'} does not exist; "
+         "create it first"),
+    ]:
+        r = _cli("clients.loadtest", "-s", "en", "-t", "de", *args)
+        assert (r.returncode, r.stderr) == (2, f"nmt-loadtest: error: {message}\n"), args
+
+
+def test_an_unreachable_server_exits_1_in_every_mode(tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("Jesus wept.\n")
+    address = f"127.0.0.1:{free_port()}"
+    hint = f"(is a server running at {address}? pass --address HOST:PORT or set $NMT_ADDRESS)"
+    for args in (["Jesus wept."], ["-i", str(src), "-q"]):
+        r = _cli("clients.translate_file", "-s", "en", "-t", "de", "--address", address, "--timeout", "0.5", *args)
+        last = r.stderr.splitlines()[-1]
+        assert r.returncode == 1 and last.startswith("nmt-translate: error: UNAVAILABLE: ") and last.endswith(hint)
+    r = _cli("clients.loadtest", "-s", "en", "-t", "de", "--address", address, "--input", str(src))
+    last = r.stderr.splitlines()[-1]
+    assert r.returncode == 1 and last.startswith("nmt-loadtest: error: the server does not answer: UNAVAILABLE: ")
+    assert last.endswith(hint)
+
+
+def test_language_codes_are_case_insensitive_and_a_bad_pair_is_2_in_both_modes(server, tmp_path, capsys):
+    assert translate_main(["-s", "en", "-t", "de", "--address", server.address, "Jesus wept."]) == 0
+    lower = capsys.readouterr().out
+    assert translate_main(["-s", "EN", "-t", "De", "--address", server.address, "Jesus wept."]) == 0
+    assert capsys.readouterr().out == lower
+    assert translate_main(["-s", "en", "-t", "fr", "--address", server.address, "Jesus wept."]) == 2
+    assert capsys.readouterr().err == ("nmt-translate: error: INVALID_ARGUMENT: language pair 'en-fr' is not "
+                                       "supported by model 'tiny'; supported: en-de, de-en\n")
+    src = tmp_path / "in.txt"
+    src.write_text("Jesus wept.\n")
+    assert translate_main(["-s", "EN", "-t", "FR", "-i", str(src), "--address", server.address, "-q"]) == 2
+    assert capsys.readouterr().err == ("nmt-translate: error: language pair en-fr is not served by model 'tiny'; "
+                                       "it serves: en-de, de-en\n")
+
+
+def test_progress_shows_no_rate_or_eta_before_it_means_something():
+    import io
+
+    p = Progress(3000, stream=io.StringIO())
+    t0 = p.start
+    assert p.line(t0 + 0.1) == "0/3000 lines (0%), 0s"  # was: "0.0 sent/s" at 0 lines
+    p.update(done=64, counted=128)
+    assert p.line(t0 + 1.0) == "64/3000 lines (2%), 1s"  # was: an eta from one early batch
+    assert p.line(t0 + 4.0) == "64/3000 lines (2%), 32.0 sent/s, 4s"  # a rate, but 2% done is no basis for an eta
+    p.update(done=236, counted=200)
+    assert p.line(t0 + 5.0) == "300/3000 lines (10%), 65.6 sent/s, 5s, eta 45s"
+    p.update(done=2700, counted=2672)
+    assert p.line(t0 + 9.0, final=True) == "3000/3000 lines (100%), 333.3 sent/s, 9s"
+    short = Progress(3, stream=io.StringIO())  # a job done in one go still reports its rate at the end
+    short.update(done=3, counted=3)
+    assert short.line(short.start + 0.05, final=True) == "3/3 lines (100%), 60.0 sent/s, 0s"
 
 
 def _as_left_by_a_kill(d: Path, lines: list[str], partial: str, errors: str) -> Path:
@@ -369,7 +457,7 @@ def _as_left_by_a_kill(d: Path, lines: list[str], partial: str, errors: str) -> 
     (d / "out.txt.partial").write_text(partial)
     (d / "out.txt.partial.json").write_text(json.dumps(
         {"input_sha256": hashlib.sha256(raw).hexdigest(), "lines": len(lines), "source": "en", "target": "de",
-         "model": "", "beam_size": 1, "nbest": 1}))
+         "model": "", "beam_size": 1, "nbest": 1, "max_output_tokens": 0, "split": True}))
     (d / "out.txt.errors.tsv").write_text(errors)
     return d / "in.txt"
 
@@ -603,12 +691,59 @@ def test_help_says_where_the_token_can_come_from():
     for parser in (translate_parser(), loadtest_parser()):
         text = " ".join(parser.format_help().split())
         assert "--auth-token-file PATH" in text and "$NMT_AUTH_TOKEN" in text
-        assert "--auth-token TOKEN, --token TOKEN the bearer token itself. Visible to other users of this " \
-               "machine in the process list" in text
+        assert "--auth-token TOKEN the bearer token itself. Visible to other users of this machine in the process " \
+               "list" in text
+        assert "--token" not in text  # its old name: still accepted (tests/test_cli.py), no longer shown
 
 
 def test_format_translation():
     assert format_translation(None, 1) == ""
+    t = Translation((Hypothesis("Jesus weinte.", -0.5, stop_reason=StopReason.END_OF_SENTENCE),
+                     Hypothesis("Jesus\tweinte", -2.25, stop_reason=StopReason.LENGTH_LIMIT)))
+    assert format_translation(t, 1) == "Jesus weinte."
+    assert format_translation(t, 2) == "Jesus weinte.\t-0.5000\tend_of_sentence\tJesus weinte\t-2.2500\tlength_limit"
+
+
+# ---------------------------------------------------------------- sentences and stop reasons
+def test_translations_expose_sentences_and_stop_reasons(client):
+    text = "Jesus wept.  In the beginning was the Word.\n"
+    [t] = client.translate([text], "en", "de")
+    assert [(s.source, s.start, s.end) for s in t.segments] == [("Jesus wept.", 0, 11),
+                                                                ("In the beginning was the Word.", 13, 43)]
+    assert t.text == f"{t.segments[0].text}  {t.segments[1].text}\n"
+    assert all(s.hypotheses[0].stop_reason is StopReason.END_OF_SENTENCE for s in t.segments)
+    assert not t.length_limited
+    [cut] = client.translate([text], "en", "de", max_output_tokens=2)
+    assert cut.length_limited and cut.hypotheses[0].stop_reason is StopReason.LENGTH_LIMIT
+    assert [s.hypotheses[0].num_tokens for s in cut.segments] == [2, 2]
+    [whole] = client.translate([text], "en", "de", no_sentence_split=True)
+    assert [(s.source, s.start, s.end) for s in whole.segments] == [(text.strip(), 0, 43)]
+    [blank] = client.translate(["  "], "en", "de")
+    assert (blank.text, blank.segments, blank.hypotheses[0].stop_reason) == ("  ", (), StopReason.UNSPECIFIED)
+
+
+def test_a_one_sentence_segment_carries_the_attention_the_server_sends_once(client):
+    [t] = client.translate(["Jesus wept."], "en", "de", return_attention=True)
+    [seg] = t.segments
+    assert seg.hypotheses[0].attention == t.hypotheses[0].attention != ()
+    assert seg.hypotheses[0].source_pieces == t.hypotheses[0].source_pieces
+
+
+def test_nmt_translate_reports_lines_stopped_by_the_length_limit(server, tmp_path, capsys):
+    src, out = tmp_path / "in.txt", tmp_path / "out.tsv"
+    src.write_text("Jesus wept.\n\nIn the beginning was the Word, and the Word was with God.\n")
+    assert translate_main(["-s", "en", "-t", "de", "-i", str(src), "-o", str(out), "--max-output-tokens", "2",
+                           "--beam", "2", "--nbest", "2", "--address", server.address, "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "nmt-translate: 2 line(s) stopped at the output-length limit and may be cut short (line 1, 3); " \
+           "raise --max-output-tokens" in err
+    rows = out.read_text().split("\n")
+    assert rows[1] == "" and rows[0].split("\t")[2] == "length_limit"
+    assert translate_main(["-s", "en", "-t", "de", "--address", server.address, "Jesus wept."]) == 0
+    assert "output-length limit" not in capsys.readouterr().err
+    assert translate_main(["-s", "en", "-t", "de", "--address", server.address, "--max-output-tokens", "1",
+                           "Jesus wept.", "Amen."]) == 0
+    assert "2 text(s) stopped at the output-length limit and may be cut short (text 1, 2)" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- attention maps
@@ -651,6 +786,18 @@ def test_loadtest_sweep_writes_json_and_png(server, tmp_path):
         assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p90"] <= r["latency_ms"]["p99"] <= r["latency_ms"]["max"]
         assert r["errors"] == {}
     assert out_png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_loadtest_plot_title_counts_the_requests_not_the_corpus():
+    import argparse
+
+    from clients.loadtest import LevelResult, plot_title
+
+    results = [LevelResult("closed", 1, requests=40), LevelResult("open", 5.0, requests=12)]
+    args = argparse.Namespace(source="en", target="de", texts_per_request=1)
+    assert plot_title(args, results) == "nmt-loadtest en->de: 52 requests in 2 level(s)"
+    args.texts_per_request = 4
+    assert plot_title(args, results) == "nmt-loadtest en->de: 52 requests of 4 texts in 2 level(s)"
 
 
 def test_loadtest_stops_within_max_total(server, tmp_path):

@@ -107,3 +107,12 @@ def test_build_context_holds_sources_not_data():
     packages = {p.split(".")[0] for p in _pyproject()["tool"]["setuptools"]["packages"]} - {"nmt"}
     assert packages <= included  # setuptools needs every package to build the wheel
     assert not included & {"runs", "packages", "models", ".venv", "data"}
+
+
+def test_servers_in_containers_listen_on_every_interface():
+    """nmt-serve listens on 127.0.0.1 unless told; in a container the balancer, Prometheus and the
+    published ports reach it from outside, so the image and both services say so explicitly."""
+    compose_file = (ROOT / "docker-compose.yml").read_text()
+    assert compose_file.count("NMT_HOST: 0.0.0.0") == 2 and compose_file.count("NMT_METRICS_HOST: 0.0.0.0") == 2
+    server = (DOCKER / "server.Dockerfile").read_text()
+    assert "    NMT_HOST=0.0.0.0 \\\n" in server and "    NMT_METRICS_HOST=0.0.0.0 \\\n" in server

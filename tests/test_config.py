@@ -20,12 +20,46 @@ from server.config import ConfigError, ServerConfig, parse_args
     (["--max-tokens-in-flight", "1000"], "--max-tokens-in-flight 1000 is less than one text at the advertised "
                                          "limits needs (--max-beam x (--max-tokens + --max-output-tokens) = 4096)"),
     (["--port", "70000"], "--port is 70000; ports end at 65535"),
+    (["--threads", "-3"], "--threads is -3; it must be at least 0"),
+    (["--metrics-port", "-2"], "--metrics-port is -2; give a port, 0 for a free one or -1 for none"),
+    (["--metrics-port", "70000"], "--metrics-port is 70000; ports end at 65535"),
+    (["--device", "gpu"], "--device is 'gpu'; it must be auto, cuda or cpu"),
+    (["--log-level", "loud"], "--log-level is 'loud'; it must be DEBUG, INFO, WARNING or ERROR"),
+    (["--host", ""], "--host is empty; give an address such as 127.0.0.1"),
+    (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
 ])
 def test_inconsistent_limits_fail_at_start_up(flags, message, capsys):
     with pytest.raises(SystemExit) as e:
         parse_args(["--model", "x", *flags], {})
     assert e.value.code == 2
-    assert f"nmt-serve: error: {message}" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"nmt-serve: error: {message} (see nmt-serve --help)\n"
+
+
+def test_a_bad_environment_variable_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--model", "x"], {"NMT_MAX_TEXTS": "many"})
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("nmt-serve: error: NMT_MAX_TEXTS='many': expected an integer "
+                                       "(see nmt-serve --help)\n")
+
+
+def test_the_server_listens_on_this_machine_only_unless_told():
+    cfg = parse_args(["--model", "x"], {})
+    assert (cfg.host, cfg.metrics_host) == ("127.0.0.1", "127.0.0.1")
+    assert parse_args(["--model", "x"], {"NMT_HOST": "0.0.0.0", "NMT_METRICS_HOST": "0.0.0.0"}).host == "0.0.0.0"
+
+
+def test_every_setting_has_help_with_its_default_and_variable():
+    from dataclasses import fields
+
+    from server.config import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    for f in fields(ServerConfig):
+        assert f.metadata["help"]
+    assert "--threads THREADS onnxruntime intra-op threads on the CPU; 0 = its default (default: 0; $NMT_THREADS)" \
+        in text
+    assert "(default: 127.0.0.1; $NMT_HOST)" in text and "(default: off; $NMT_INT8)" in text
 
 
 def test_consistent_small_limits_are_fine():

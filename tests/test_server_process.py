@@ -60,17 +60,23 @@ def wait_serving(port: int, proc: subprocess.Popen, timeout: float = 60) -> None
 
 
 def test_sigterm_drains_in_flight_work_and_exits_zero(tiny_package):
-    proc, port = start(tiny_package, "--grace-seconds", "20")
+    metrics_port = free_port()
+    proc, port = start(tiny_package, "--grace-seconds", "20", "--metrics-port", str(metrics_port),
+                       "--metrics-host", "127.0.0.1")
     try:
         wait_serving(port, proc)
         stub = pb_grpc.TranslatorStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
-        # Several seconds of work, all of it arrived before the signal (one request: about 0.5 s here).
-        in_flight = [stub.Translate.future(request(*["He said,", LONG] * 32, beam_size=8, max_output_tokens=200))
-                     for _ in range(8)]
-        time.sleep(1.0)
+        # Seconds of work (LONG unsplit, as one long sentence); the signal comes once the server
+        # holds a good part of it waiting, so work is in flight whatever this machine's speed.
+        in_flight = [stub.Translate.future(request(*["He said,", LONG] * 32, beam_size=8, max_output_tokens=200,
+                                                   no_sentence_split=True))
+                     for _ in range(12)]
+        end = time.monotonic() + 30
+        while _metric(metrics_port, "nmt_texts_total{") < 12 * 64:  # every request accepted
+            assert time.monotonic() < end, "the work never arrived"
+            time.sleep(0.01)
+        assert _metric(metrics_port, "nmt_queued_texts{") > 0  # and some of it still waiting
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-        assert not in_flight[-1].done()
         with pytest.raises(grpc.RpcError) as err:  # new work while draining
             stub.Translate(request("Jesus wept."), timeout=5)
         assert (err.value.code(), err.value.details()) == (grpc.StatusCode.UNAVAILABLE,
@@ -84,6 +90,13 @@ def test_sigterm_drains_in_flight_work_and_exits_zero(tiny_package):
         assert "draining" in proc.stderr.read()
     finally:
         proc.kill()
+
+
+def _metric(metrics_port: int, prefix: str) -> float:
+    import urllib.request
+
+    body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    return sum(float(line.split()[-1]) for line in body.splitlines() if line.startswith(prefix))
 
 
 def test_bad_model_package_is_a_clear_start_up_error(tiny_package, tmp_path):
@@ -128,7 +141,9 @@ def test_full_queue_rejects_fast_with_resource_exhausted(tiny_package):
     try:
         stub = s.stub()
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            futures = [pool.submit(stub.Translate, request(LONG, max_output_tokens=100)) for _ in range(16)]
+            # LONG as one sentence: one text is one job, and a queue of one holds it.
+            futures = [pool.submit(stub.Translate, request(LONG, max_output_tokens=100, no_sentence_split=True))
+                       for _ in range(16)]
             outcomes = []
             for f in futures:
                 try:
@@ -332,5 +347,69 @@ def test_calls_beyond_the_concurrency_cap_get_resource_exhausted_at_once(tiny_pa
                     codes.append(e.code())
         assert grpc.StatusCode.OK in codes and grpc.StatusCode.RESOURCE_EXHAUSTED in codes
         assert set(codes) == {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------- user mistakes: one line, exit 2
+def _start_up_error(*args: str) -> str:
+    """Run nmt-serve as users do, expect exit 2, return its last stderr line without the log prefix."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "server.main", "--threads", "1", *args], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    return r.stderr.splitlines()[-1].split(" ERROR nmt.server: ", 1)[1]
+
+
+def test_a_taken_port_names_the_port_and_what_to_do(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # Binding comes before the models are read: no package is needed to meet it.
+        assert _start_up_error("--model", str(tmp_path), "--port", str(port), "--metrics-port", "-1") == (
+            f"cannot start: cannot listen for gRPC on 127.0.0.1:{port}: the port is already in use (another "
+            f"nmt-serve?); stop that process or pass another --port (0 picks a free port)")
+        assert _start_up_error("--model", str(tmp_path), "--port", str(free_port()), "--metrics-port", str(port)) \
+            == (f"cannot start: cannot listen for metrics on 127.0.0.1:{port}: the port is already in use (another "
+                f"nmt-serve?); stop that process or pass another --metrics-port (0 picks a free port or -1 to turn "
+                f"metrics off)")
+    port = free_port()
+    assert _start_up_error("--model", str(tmp_path), "--host", "192.0.2.1", "--port", str(port)) == (
+        f"cannot start: cannot listen for gRPC on 192.0.2.1:{port}: 192.0.2.1 is not an address of this machine; "
+        f"pass --host 127.0.0.1 (this machine only) or --host 0.0.0.0 (every interface)")
+
+
+def test_a_checkpoint_given_as_a_package_says_to_export_it(tmp_path):
+    shipped = tmp_path / "default"  # as models/default: a shipped checkpoint, not a package
+    shipped.mkdir()
+    (shipped / "model.pt").write_bytes(b"weights")
+    port = str(free_port())
+    assert _start_up_error("--model", str(shipped), "--port", port, "--metrics-port", "-1") == (
+        f"cannot start: model package {shipped} is not valid: this is a checkpoint, not a model package: export it "
+        f"with nmt-export {shipped} OUT, then pass OUT")
+    assert _start_up_error("--model", str(shipped / "model.pt"), "--port", port, "--metrics-port", "-1") == (
+        f"cannot start: model package {shipped / 'model.pt'} is not valid: this is a checkpoint, not a model "
+        f"package: export it with nmt-export {shipped / 'model.pt'} OUT, then pass OUT")
+    assert _start_up_error("--model", str(tmp_path / "nowhere"), "--port", port, "--metrics-port", "-1") == (
+        f"cannot start: model package {tmp_path / 'nowhere'} is not valid: the directory does not exist (give the "
+        f"directory nmt-export wrote)")
+    assert _start_up_error("--model", str(tmp_path), "--port", port, "--metrics-port", "-1", "--tls-cert",
+                           str(tmp_path / "c.pem"), "--tls-key", str(tmp_path / "k.pem")) == (
+        f"cannot start: --tls-key {tmp_path / 'k.pem'}: cannot read it: No such file or directory")
+
+
+def test_language_codes_are_case_insensitive(tiny_package):
+    s = ServerThread(tiny_package)
+    try:
+        stub = s.stub()
+        lower = stub.Translate(request("Jesus wept.", src="en", tgt="de"))
+        upper = stub.Translate(request("Jesus wept.", src="EN", tgt=" De "))
+        assert [t.hypotheses[0].text for t in upper.translations] == [t.hypotheses[0].text
+                                                                      for t in lower.translations]
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Translate(request("Jesus wept.", src="EN", tgt="FR"))
+        assert err.value.details() == "language pair 'en-fr' is not supported by model 'tiny'; supported: en-de, de-en"
     finally:
         s.stop()

@@ -90,8 +90,12 @@ def resolve(path: str | Path) -> Path:
             if (path / name).is_file():
                 return path / name
         found = list_checkpoints(path)
+        if not found and (path / "model.json").is_file():
+            raise FileNotFoundError(f"{path} is a model package, not a checkpoint: give the run directory of "
+                                    "nmt-train or a .pt checkpoint")
         if not found:
-            raise FileNotFoundError(f"{path} holds no checkpoint")
+            raise FileNotFoundError(f"{path} holds no checkpoint (model.pt, average.pt or checkpoints/step_*.pt): "
+                                    "give the run directory of nmt-train or a .pt checkpoint")
         return found[-1]
     return path
 

@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cli import UsageError, check_input_file
 from training.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
 
 if TYPE_CHECKING:  # reading the corpus needs no torch (the load tester reads the test split)
@@ -53,7 +54,7 @@ def load_bible(code: str, db: Path | None = None) -> dict[VerseKey, str]:
     """Raw (uncleaned) verses of one translation, keyed by (book, chapter, verse)."""
     known = {c for versions in BIBLE_VERSIONS.values() for c in versions}
     if code not in known:
-        raise ValueError(f"Bible version {code!r} is not one we may use; allowed: {', '.join(sorted(known))}")
+        raise UsageError(f"Bible version {code!r} is not one we may use; allowed: {', '.join(sorted(known))}")
     uri = f"file:{db or bible_db_path()}?mode=ro"
     with closing(sqlite3.connect(uri, uri=True)) as conn:
         rows = conn.execute(
@@ -71,7 +72,7 @@ def split_of(key: VerseKey) -> str:
 def parse_direction(direction: str) -> tuple[str, str]:
     parts = direction.split("-")
     if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise ValueError(f"direction {direction!r} must look like 'en-de'")
+        raise UsageError(f"direction {direction!r} must look like 'en-de'")
     return parts[0], parts[1]
 
 
@@ -109,7 +110,7 @@ def bible_pairs(cfg: DataConfig, split: str) -> list[Pair]:
         src_lang, tgt_lang = parse_direction(direction)
         for lang in (src_lang, tgt_lang):
             if lang not in cfg.versions or not cfg.versions[lang]:
-                raise ValueError(f"no Bible version configured for language {lang!r}")
+                raise UsageError(f"no Bible version configured for language {lang!r}")
         src_codes = cfg.versions[src_lang] if split == "train" else cfg.versions[src_lang][:1]
         tgt = verses(cfg.versions[tgt_lang][0])
         for code in src_codes:
@@ -120,26 +121,52 @@ def bible_pairs(cfg: DataConfig, split: str) -> list[Pair]:
     return pairs
 
 
+def corpus_files(spec: str) -> list[str]:
+    """The files of a user corpus spec: ``a.tsv`` or ``a.en:a.de``."""
+    if spec.endswith(".tsv") and ":" not in spec:
+        return [spec]
+    src_path, sep, tgt_path = spec.partition(":")
+    if not sep:
+        raise UsageError(f"corpus {spec!r} must be 'source_file:target_file' or a .tsv file")
+    return [src_path, tgt_path]
+
+
+def check_corpus(cfg: DataConfig) -> None:
+    """Every user corpus file is there to be read (UsageError naming the first that is not)."""
+    for specs in (cfg.train_files, cfg.dev_files, cfg.test_files):
+        for spec in specs.values():
+            for path in corpus_files(spec):
+                check_input_file(path, "corpus file", "a UTF-8 text file, one sentence a line")
+
+
+def _read_corpus(path: str) -> str:
+    check_input_file(path, "corpus file", "a UTF-8 text file, one sentence a line")
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"corpus file {path} is not UTF-8 text: {e}") from None
+
+
 def read_parallel(spec: str) -> list[tuple[str, str]]:
     """A user corpus: "src_file:tgt_file" (one sentence a line, same line count) or a TSV
     file of "source<TAB>target" lines. Pairs with an empty side are dropped."""
     if spec.endswith(".tsv") and ":" not in spec:
         out = []
-        for n, line in enumerate(Path(spec).read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(_read_corpus(spec).splitlines(), 1):
             if not line.strip():
                 continue
             cols = line.split("\t")
             if len(cols) != 2:
-                raise ValueError(f"{spec}:{n}: expected 2 tab-separated columns, found {len(cols)}")
+                raise UsageError(f"{spec}:{n}: expected 2 tab-separated columns, found {len(cols)}")
             out.append((clean(cols[0]), clean(cols[1])))
     else:
         src_path, sep, tgt_path = spec.partition(":")
         if not sep:
-            raise ValueError(f"corpus {spec!r} must be 'source_file:target_file' or a .tsv file")
-        src_lines = Path(src_path).read_text(encoding="utf-8").splitlines()
-        tgt_lines = Path(tgt_path).read_text(encoding="utf-8").splitlines()
+            raise UsageError(f"corpus {spec!r} must be 'source_file:target_file' or a .tsv file")
+        src_lines = _read_corpus(src_path).splitlines()
+        tgt_lines = _read_corpus(tgt_path).splitlines()
         if len(src_lines) != len(tgt_lines):
-            raise ValueError(f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}")
+            raise UsageError(f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}")
         out = [(clean(s), clean(t)) for s, t in zip(src_lines, tgt_lines)]
     return [(s, t) for s, t in out if s and t]
 
@@ -150,7 +177,7 @@ def file_pairs(cfg: DataConfig, split: str) -> list[Pair]:
     for direction in cfg.directions:
         if direction not in specs:
             if split == "train":
-                raise ValueError(f"no training file for direction {direction}")
+                raise UsageError(f"no training file for direction {direction}")
             continue
         src_lang, tgt_lang = parse_direction(direction)
         pairs += [Pair(src_lang, tgt_lang, s, t) for s, t in read_parallel(specs[direction])]
@@ -162,7 +189,7 @@ def load_pairs(cfg: DataConfig, split: str) -> list[Pair]:
         return bible_pairs(cfg, split)
     if cfg.corpus == "files":
         return file_pairs(cfg, split)
-    raise ValueError(f"corpus {cfg.corpus!r} must be 'bible' or 'files'")
+    raise UsageError(f"corpus {cfg.corpus!r} must be 'bible' or 'files'")
 
 
 def languages(cfg: DataConfig) -> list[str]:
@@ -267,7 +294,7 @@ class BatchStream:
     def __init__(self, examples: Sequence[Example], batch_tokens: int, seed: int, rank: int = 0,
                  world: int = 1) -> None:
         if not examples:
-            raise ValueError("no training examples")
+            raise UsageError("no training examples")
         self.examples, self.batch_tokens, self.seed = examples, batch_tokens, seed
         self.rank, self.world = rank, world
         self.epoch, self.index = 0, 0

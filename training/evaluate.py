@@ -17,6 +17,16 @@ from pathlib import Path
 
 import torch
 
+from cli import (
+    EXIT_OK,
+    EXIT_USAGE,
+    ArgumentParser,
+    UsageError,
+    check_output_file,
+    deprecated_alias,
+    exit_status_help,
+    fail,
+)
 from training import checkpoint as ckpt_io
 from training.config import replace
 from training.data import SPLITS, load_pairs, parse_direction
@@ -79,31 +89,39 @@ def evaluate(checkpoint: str | Path, split: str = "test", beam_size: int = 4, di
     return scores
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nmt-evaluate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="nmt-evaluate", description=__doc__, epilog=exit_status_help(EXIT_USAGE))
     p.add_argument("checkpoint", help="a checkpoint file or a run directory")
-    p.add_argument("--split", default="test", choices=SPLITS)
+    p.add_argument("--split", default="test", choices=SPLITS, help="which split of the checkpoint's data")
     p.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy")
-    p.add_argument("--directions", help="comma-separated subset, e.g. de-en")
+    p.add_argument("--directions", help="comma-separated subset, e.g. de-en (default: all of the checkpoint's)")
     p.add_argument("--limit", type=int, default=0, help="first N sentences per direction (0 = all)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--out", type=Path, help="JSON file for scores and hypotheses")
-    args = p.parse_args(argv)
+    p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to decode")
+    p.add_argument("--threads", type=int, default=0, help="CPU intra-op threads; 0 = torch's default")
+    p.add_argument("--json", dest="out", type=Path, help="JSON file for scores and hypotheses (default: "
+                   "eval_CHECKPOINT_SPLIT_beamN.json in the run directory)")
+    deprecated_alias(p, "--out", "--json")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
+        if args.beam < 1 or args.batch_size < 1 or args.limit < 0 or args.threads < 0:
+            raise UsageError("--beam and --batch-size must be at least 1, --limit and --threads not negative")
+        if args.out:
+            check_output_file(args.out, "--json")
         evaluate(args.checkpoint, args.split, args.beam, args.directions.split(",") if args.directions else None,
                  args.limit, args.batch_size, device, args.out)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"nmt-evaluate: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    except (FileNotFoundError, ValueError) as e:  # a checkpoint or direction that is not there (UsageError too)
+        return fail("nmt-evaluate", str(e), EXIT_USAGE)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

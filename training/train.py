@@ -25,9 +25,29 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNFINISHED,
+    EXIT_USAGE,
+    ArgumentParser,
+    UsageError,
+    check_input_file,
+    exit_status_help,
+    fail,
+)
 from training import checkpoint as ckpt_io
-from training.config import MODEL_PRESETS, PAD_ID, RunConfig, replace
-from training.data import BatchStream, encode_pairs, languages, load_pairs, pad, parse_direction, tokenizer_sentences
+from training.config import MODEL_PRESETS, PAD_ID, DataConfig, RunConfig, TrainConfig, replace
+from training.data import (
+    BatchStream,
+    check_corpus,
+    encode_pairs,
+    languages,
+    load_pairs,
+    pad,
+    parse_direction,
+    tokenizer_sentences,
+)
 from training.decode import translate
 from training.model import Transformer, count_parameters
 from training.tokenizer import Tokenizer, train_tokenizer
@@ -215,7 +235,7 @@ def prepare(cfg: RunConfig, out: Path, d: Dist) -> Tokenizer:
 
 # Exit status of ``nmt-train`` when ``--chunk-minutes`` stopped it before the run's own end
 # (sysexits' EX_TEMPFAIL): the run is saved and the same command continues it.
-EXIT_CHUNK_DONE = 75
+EXIT_CHUNK_DONE = EXIT_UNFINISHED
 
 
 def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes: float = 0.0) -> State:
@@ -233,7 +253,7 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
         torch.set_num_threads(tc.threads)
     existing = ckpt_io.list_checkpoints(out)
     if existing and restart:
-        raise FileExistsError(f"{out} already holds checkpoints; choose another --out or remove it")
+        raise UsageError(f"--restart: {out} already holds checkpoints; choose another --out or remove it")
     if d.main:
         out.mkdir(parents=True, exist_ok=True)
     barrier(d)
@@ -245,7 +265,7 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
     if resume is not None:
         saved = RunConfig.from_dict(resume["config"])
         if saved.model != cfg.model or saved.data != cfg.data:
-            raise ValueError(f"{out} was trained with another model or data config; resume with the same one "
+            raise UsageError(f"{out} was trained with another model or data config; resume with the same one "
                              f"(see {out / 'config.json'}) or use a new --out")
     if d.main:
         cfg.save(out / "config.json")
@@ -409,17 +429,28 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def _files(flag: str, items: list[str]) -> dict[str, str]:
+    """``["en-de=a.en:a.de", "de-en=b.tsv"]`` -> {pair: spec}."""
+    out = {}
+    for item in items:
+        pair, sep, spec = item.partition("=")
+        if not sep or not pair or not spec:
+            raise UsageError(f"{flag} {item!r}: expected PAIR=SRC_FILE:TGT_FILE or PAIR=FILE.tsv, e.g. en-de=train.tsv")
+        out[pair] = spec
+    return out
+
+
 def build_config(args: argparse.Namespace) -> RunConfig:
     base = RunConfig.load(args.config) if args.config else RunConfig(model=MODEL_PRESETS[args.preset])
     model, data, tr = base.model, base.data, base.train
     if args.directions:
         data = replace(data, directions=tuple(x.strip() for x in args.directions.split(",") if x.strip()))
     if args.train_files:
-        data = replace(data, corpus="files", train_files=dict(x.split("=", 1) for x in args.train_files))
+        data = replace(data, corpus="files", train_files=_files("--train-files", args.train_files))
     if args.dev_files:
-        data = replace(data, dev_files=dict(x.split("=", 1) for x in args.dev_files))
+        data = replace(data, dev_files=_files("--dev-files", args.dev_files))
     if args.test_files:
-        data = replace(data, test_files=dict(x.split("=", 1) for x in args.test_files))
+        data = replace(data, test_files=_files("--test-files", args.test_files))
     flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_tokens": args.batch_tokens,
              "device": args.device, "threads": args.threads, "warmup_steps": args.warmup}
     tr = replace(tr, **{k: v for k, v in flags.items() if v is not None})
@@ -428,48 +459,69 @@ def build_config(args: argparse.Namespace) -> RunConfig:
         key, sep, value = item.partition("=")
         section, dot, name = key.partition(".")
         if not sep or not dot or section not in sections:
-            raise SystemExit(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of model, data, train")
+            raise UsageError(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of model, data, train")
         v = _parse_value(value)
         sections[section] = replace(sections[section], **{name: tuple(v) if isinstance(v, list) else v})
     return RunConfig(sections["model"], sections["data"], sections["train"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="nmt-train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="run directory: checkpoints, tokenizer, config, curves")
+def build_parser() -> argparse.ArgumentParser:
+    tc, dc = TrainConfig(), DataConfig()
+    p = ArgumentParser(prog="nmt-train", description=__doc__,
+                       epilog="Flags left out take their value from --config, else from the preset and the "
+                              "defaults shown. " + exit_status_help(EXIT_FAILED, EXIT_USAGE, EXIT_UNFINISHED) + ".")
+    p.add_argument("--out", required=True, help="run directory: checkpoints, tokenizer, config, curves. Resuming "
+                   "a run needs this directory: the same command on the same --out continues it")
     p.add_argument("--preset", choices=sorted(MODEL_PRESETS), default=DEFAULT_PRESET,
-                   help=f"model shape (default {DEFAULT_PRESET}: pre-LN; small and base are the paper's post-LN)")
-    p.add_argument("--config", help="a config.json to start from instead of a preset")
-    p.add_argument("--directions", help="comma-separated, e.g. en-de,de-en")
-    p.add_argument("--train-files", nargs="*", metavar="DIR=SRC:TGT|TSV", help="your own parallel text")
-    p.add_argument("--dev-files", nargs="*", metavar="DIR=SRC:TGT|TSV")
-    p.add_argument("--test-files", nargs="*", metavar="DIR=SRC:TGT|TSV")
-    p.add_argument("--max-steps", type=int)
-    p.add_argument("--max-minutes", type=float)
-    p.add_argument("--batch-tokens", type=int)
-    p.add_argument("--warmup", type=int)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--threads", type=int)
+                   help=f"model shape (default: {DEFAULT_PRESET}, pre-LN; small and base are the paper's post-LN)")
+    p.add_argument("--config", help="a config.json to start from instead of a preset (default: none)")
+    p.add_argument("--directions", help=f"comma-separated language pairs, e.g. en-de,de-en (default: "
+                   f"{','.join(dc.directions)})")
+    p.add_argument("--train-files", nargs="*", metavar="PAIR=SRC:TGT|TSV",
+                   help="your own parallel text, e.g. en-de=train.en:train.de or en-de=train.tsv (default: the "
+                   "bundled Bible corpus)")
+    p.add_argument("--dev-files", nargs="*", metavar="PAIR=SRC:TGT|TSV",
+                   help="your own dev text, as --train-files (default: none with --train-files)")
+    p.add_argument("--test-files", nargs="*", metavar="PAIR=SRC:TGT|TSV",
+                   help="your own test text, as --train-files (default: none with --train-files)")
+    p.add_argument("--max-steps", type=int, help=f"stop after this many steps (default: {tc.max_steps})")
+    p.add_argument("--max-minutes", type=float, help="stop after this many minutes of training, resumes "
+                   f"included (default: {tc.max_minutes:g}, no bound)")
+    p.add_argument("--batch-tokens", type=int, help="source + target tokens per step and device, padding "
+                   f"included (default: {tc.batch_tokens})")
+    p.add_argument("--warmup", type=int, help=f"warm-up steps of the learning rate (default: {tc.warmup_steps})")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help=f"(default: {tc.device})")
+    p.add_argument("--threads", type=int, help=f"CPU intra-op threads; 0 = torch's default (default: {tc.threads})")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
-                   help="override any config field, e.g. --set model.dropout=0.3 (repeatable)")
+                   help="override any config field, e.g. --set model.dropout=0.3 (repeatable) (default: none)")
     p.add_argument("--restart", action="store_true", help="refuse to resume an existing run")
     p.add_argument("--chunk-minutes", type=float, default=0.0,
                    help="stop this call after this many minutes, saved, and exit with status "
-                        f"{EXIT_CHUNK_DONE} if the run is not finished: the same command continues it")
-    args = p.parse_args(argv)
-    if args.chunk_minutes < 0:
-        p.error(f"--chunk-minutes must be >= 0, got {args.chunk_minutes}")
+                        f"{EXIT_CHUNK_DONE} if the run is not finished: the same command continues it; 0: no bound")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        cfg = build_config(args)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        p.error(str(e))
-    state = train(cfg, args.out, restart=args.restart, chunk_minutes=args.chunk_minutes)
+        if args.chunk_minutes < 0:
+            raise UsageError(f"--chunk-minutes must be 0 or more, not {args.chunk_minutes:g}")
+        if args.config:
+            check_input_file(args.config, "--config", "a config.json")
+        try:
+            cfg = build_config(args)
+        except (TypeError, ValueError) as e:  # the config's own checks: unknown keys, shapes that do not fit
+            raise UsageError(str(e)) from None
+        languages(cfg.data)  # every direction parses
+        check_corpus(cfg.data)
+        state = train(cfg, args.out, restart=args.restart, chunk_minutes=args.chunk_minutes)
+    except UsageError as e:
+        return fail("nmt-train", str(e), EXIT_USAGE)
     if int(os.environ.get("RANK", "0")) == 0:
         last_eval = next((h["dev_bleu"] for h in reversed(state.history) if "dev_bleu" in h), None)
         verb = "done" if state.finished else "paused"
         print(f"{verb}: step {state.step}, {state.elapsed / 60:.1f} min, dev BLEU {last_eval}", flush=True)
-    return 0 if state.finished else EXIT_CHUNK_DONE
+    return EXIT_OK if state.finished else EXIT_CHUNK_DONE
 
 
 if __name__ == "__main__":

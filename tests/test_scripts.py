@@ -1,0 +1,116 @@
+"""scripts/run.sh and its checks (scripts/run_checks.py, scripts/wait_serving.py): a taken port
+stops it before anything is built, the server it waits for must be the one it started, and a
+package is exported again only when it is stale and no running server uses it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.server_harness import ServerThread
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def script(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), cwd=ROOT, env=env or ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def checks(*args: str) -> subprocess.CompletedProcess:
+    return script(sys.executable, "scripts/run_checks.py", *args)
+
+
+def test_run_sh_stops_at_once_when_its_port_is_taken():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        r = script("bash", "scripts/run.sh", env={**ENV, "PORT": str(port), "PYTHON": sys.executable})
+    assert r.returncode == 2
+    assert r.stderr == (f"run.sh: port {port} on 127.0.0.1 is already in use by pid {os.getpid()} (Address already "
+                        f"in use); a server there would answer for the one this script starts. Stop it, or pick "
+                        f"another port: PORT={port + 1} bash scripts/run.sh\n")
+    assert r.stdout == ""  # nothing was set up, exported or started
+    assert time.monotonic() - started < 30
+
+
+def test_the_server_waited_for_must_be_the_process_started(tiny_package):
+    s = ServerThread(tiny_package)  # this test's process holds the port, as a server left running would
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        r = script(sys.executable, "scripts/wait_serving.py", "--address", s.address, "--pid", str(other.pid),
+                   "--timeout", "20")
+        assert r.returncode == 1
+        assert r.stderr == (f"run.sh: port {s.port} answers, but from pid {os.getpid()}, not from the server this "
+                            f"script started (pid {other.pid}); stop that process or pick another port: "
+                            f"PORT={s.port + 1} bash scripts/run.sh\n")
+        r = script(sys.executable, "scripts/wait_serving.py", "--address", s.address, "--pid", str(os.getpid()))
+        assert (r.returncode, r.stderr) == (0, "")
+    finally:
+        other.kill()
+        other.wait()
+        s.stop()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    r = script(sys.executable, "scripts/wait_serving.py", "--address", f"127.0.0.1:{port}", "--pid", str(gone.pid))
+    assert (r.returncode, r.stderr) == (1, f"the server (pid {gone.pid}) exited before it was SERVING: see its "
+                                           "message above\n")
+
+
+def test_a_package_is_current_only_if_exported_from_this_checkpoint(tiny_package, tiny_checkpoint, tmp_path):
+    assert (checks("package-current", str(tiny_package), str(tiny_checkpoint)).returncode) == 0
+    old = tmp_path / "old"
+    shutil.copytree(tiny_package, old)
+    manifest = json.loads((old / "model.json").read_text())
+    del manifest["provenance"]["checkpoint_sha256"]
+    (old / "model.json").write_text(json.dumps(manifest))
+    r = checks("package-current", str(old), str(tiny_checkpoint))
+    assert (r.returncode, r.stderr) == (1, f"run.sh: exporting {old}: its model.json does not record the "
+                                           "checkpoint's sha256 (an older export)\n")
+    other = tmp_path / "other.pt"
+    other.write_bytes(tiny_checkpoint.read_bytes() + b"\0")
+    r = checks("package-current", str(tiny_package), str(other))
+    assert (r.returncode, r.stderr) == (1, f"run.sh: exporting {tiny_package}: it was exported from another "
+                                           f"checkpoint than {other}\n")
+    r = checks("package-current", str(tmp_path / "none"), str(tiny_checkpoint))
+    assert (r.returncode, r.stderr) == (1, f"run.sh: exporting {tmp_path / 'none'}: it does not exist yet\n")
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads running servers from /proc")
+def test_a_package_served_by_a_running_server_is_not_exported_again(tiny_package, tmp_path):
+    package = tmp_path / "served"
+    shutil.copytree(tiny_package, package)
+    assert checks("package-unused", str(package)).returncode == 0
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "server.main", "--model", f"tiny={package}", "--port", str(port),
+                               "--metrics-port", "-1", "--threads", "1"], cwd=ROOT, env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        r = checks("package-unused", str(package))
+        assert r.returncode == 2
+        assert r.stderr == (f"run.sh: {package} must be exported again, but nmt-serve (pid {server.pid}) serves it; "
+                            "stop that server first, or export elsewhere: PACKAGE=packages/new bash scripts/run.sh\n")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_train_default_refuses_a_ship_value_it_does_not_know():
+    r = script("bash", "scripts/train_default.sh", env={**ENV, "SHIP": "yes", "PYTHON": sys.executable})
+    assert (r.returncode, r.stderr, r.stdout) == (2, "SHIP must be 0 or 1, got 'yes'\n", "")
