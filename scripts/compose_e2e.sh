@@ -42,7 +42,7 @@ fail() { echo "[compose-e2e] FAILED: $*" >&2; exit 1; }
 export BASE_IMAGE NMT_MODELS=$WORK/models NMT_PACKAGE=default NMT_PUBLISH_HOST=127.0.0.1 \
        NMT_GRPC_PORT=$PORT NMT_PROMETHEUS_PORT=$PROM_PORT NMT_CPU_THREADS=1
 export COMPOSE_DOCKER_CLI_BUILD=0 DOCKER_BUILDKIT=0 COMPOSE_HTTP_TIMEOUT=300 DEBIAN_FRONTEND=noninteractive
-COMPOSE=(docker-compose -p "$PROJECT" --profile cpu --profile monitoring)
+COMPOSE=(docker-compose -p "$PROJECT" --profile monitoring)  # the CPU stack is the default
 
 cleanup() {
   local rc=$?
@@ -158,7 +158,7 @@ chmod -R a+rX "$WORK/models"
 log "starting 2 CPU replicas, the balancer and Prometheus"
 STACK_UP=1
 # up returns once the replicas are healthy (lb depends on them with service_healthy).
-timeout 400 "${COMPOSE[@]}" up -d lb prometheus || fail "docker-compose up"
+timeout 400 "${COMPOSE[@]}" up -d || fail "docker-compose up"  # as README: the default stack + monitoring
 mapfile -t replicas < <("${COMPOSE[@]}" ps -q server)
 [ "${#replicas[@]}" -eq 2 ] || fail "expected 2 replicas of server, found ${#replicas[@]}"
 for c in "${replicas[@]}"; do

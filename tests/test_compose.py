@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
-PROFILES = ([], ["cpu"], ["cpu", "monitoring"], ["export"], ["cpu", "monitoring", "export"])
+PROFILES = ([], ["gpu"], ["monitoring"], ["export"], ["gpu", "monitoring", "export"])
 
 
 def compose(*args: str) -> subprocess.CompletedProcess:
@@ -51,13 +51,24 @@ def _profiles_of_services(config: str) -> dict[str, set[str]]:
 
 
 def test_compose_services_and_profiles():
-    # docker-compose up (no profile): the GPU server alone; the rest only when asked for.
+    # docker-compose up (no profile): the CPU replicas and their balancer; the GPU server,
+    # monitoring and the export job only when asked for (a CPU-only host never builds CUDA).
     assert _profiles_of_services(compose("config").stdout) == {
-        "server-gpu": set(), "server": {"cpu"}, "lb": {"cpu"}, "prometheus": {"monitoring"}, "export": {"export"}}
+        "server-gpu": {"gpu"}, "server": set(), "lb": set(), "prometheus": {"monitoring"}, "export": {"export"}}
+
+
+def test_the_replica_count_is_a_setting_that_stays():
+    # --scale on one "up" is undone by the next plain "up"; NMT_CPU_REPLICAS is read by every one.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NMT_", "COMPOSE_"))}
+    r = subprocess.run(["docker-compose", "config"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**env, "NMT_CPU_REPLICAS": "4", "DOCKER_HOST": "unix:///nonexistent/docker.sock"}) \
+        if shutil.which("docker-compose") else pytest.skip("docker-compose is not installed")
+    assert r.returncode == 0, r.stderr
+    assert "scale: 4" in r.stdout
 
 
 def test_compose_wiring():
-    text = compose("--profile", "cpu", "--profile", "monitoring", "--profile", "export", "config").stdout
+    text = compose("--profile", "gpu", "--profile", "monitoring", "--profile", "export", "config").stdout
     assert "scale: 2" in text
     assert re.search(r"lb:\n(?:    .*\n)*?    depends_on:\n      server:\n        condition: service_healthy", text)
     assert "- capabilities:\n            - gpu\n            count: 1\n            driver: nvidia" in text
