@@ -13,6 +13,8 @@ from typing import Any
 
 from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, exit_status_help
 
+SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_sentences)
+
 
 def setting(default: Any, help: str) -> Any:
     """A field of ServerConfig with its --help text, which is its documentation too."""
@@ -36,6 +38,8 @@ class ServerConfig:
     metrics_host: str = setting("127.0.0.1", "address the Prometheus exporter listens on (0.0.0.0: every "
                                              "interface)")
     max_texts: int = setting(64, "texts per request")
+    max_sentences: int = setting(0, "sentences per request, after texts are split into sentences; 0: "
+                                    "16 per text, at most the queue")
     max_chars: int = setting(4000, "characters per text")
     max_tokens: int = setting(256, "source tokens per text (tag and eos included); capped by the model")
     max_output_tokens: int = setting(256, "output tokens per text; capped by the model")
@@ -98,6 +102,10 @@ class ServerConfig:
         if self.max_queue < self.max_texts:
             out.append(f"{flag('max_queue')} {self.max_queue} is smaller than {flag('max_texts')} "
                        f"{self.max_texts}: a request of more texts than the queue holds could never be accepted")
+        if self.max_sentences and not self.max_texts <= self.max_sentences <= self.max_queue:
+            out.append(f"{flag('max_sentences')} {self.max_sentences} must be between {flag('max_texts')} "
+                       f"{self.max_texts} and {flag('max_queue')} {self.max_queue}: each text is one sentence "
+                       f"at least, and a request's sentences wait in the queue together")
         if self.max_batch_rows < self.max_beam:
             out.append(f"{flag('max_batch_rows')} {self.max_batch_rows} is smaller than {flag('max_beam')} "
                        f"{self.max_beam}: a beam needs one row per hypothesis")
@@ -109,6 +117,11 @@ class ServerConfig:
         if self.auth_token and self.auth_token_file:
             out.append(f"{flag('auth_token')} and {flag('auth_token_file')} are both set; give one")
         return out
+
+    @property
+    def sentences_per_request(self) -> int:
+        """The sentence limit in force: --max-sentences, or 16 per text within the queue."""
+        return self.max_sentences or min(self.max_texts * SENTENCES_PER_TEXT, self.max_queue)
 
     def bearer_token(self) -> str:
         """The token every RPC but health must carry ("" = none), from the flag, the

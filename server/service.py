@@ -39,10 +39,9 @@ LOG_EVERY = 10.0  # seconds between two log lines about malformed requests
 
 ECHO_CHARS = 64  # what an error message repeats of the caller's input, at most
 # Texts are split into sentences, each decoded on its own. A request may carry at most
-# max_texts x SENTENCES_PER_TEXT sentences in all (and never more than the queue holds), and
-# at most max_texts x max_tokens source tokens in all: what max_texts texts at the per-text
-# limit carried before splitting, so splitting never makes a request more work than that.
-SENTENCES_PER_TEXT = 16
+# ServerConfig.sentences_per_request sentences in all (--max-sentences), and at most
+# max_texts x max_tokens source tokens in all: what max_texts texts at the per-text limit
+# carried before splitting, so splitting never makes a request more work than that.
 
 
 def shown(value: str, limit: int = ECHO_CHARS) -> str:
@@ -279,7 +278,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
 
     def request_limits(self, model: LoadedModel) -> tuple[int, int]:
         """(sentences, source tokens) one request may carry in all, after splitting."""
-        return (min(self.cfg.max_texts * SENTENCES_PER_TEXT, self.cfg.max_queue),
+        return (self.cfg.sentences_per_request,
                 self.cfg.max_texts * min(self.cfg.max_tokens, model.max_source_tokens))
 
     def _segments(self, request: pb.TranslateRequest, model: LoadedModel, source: str, target: str,

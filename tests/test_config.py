@@ -84,3 +84,15 @@ def test_the_token_comes_from_a_file_or_the_environment(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         ServerConfig(auth_token_file=str(tmp_path / "missing")).bearer_token()
     assert ServerConfig(auth_token="x").redacted()["auth_token"] == "***"
+
+
+def test_the_sentence_limit_is_automatic_or_within_texts_and_queue(capsys):
+    from server.config import SENTENCES_PER_TEXT
+
+    assert ServerConfig(max_texts=8).sentences_per_request == 8 * SENTENCES_PER_TEXT
+    assert ServerConfig(max_texts=64, max_queue=100).sentences_per_request == 100
+    assert ServerConfig(max_sentences=300).sentences_per_request == 300
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "x", "--max-sentences", "2000"], {})
+    assert ("--max-sentences 2000 must be between --max-texts 64 and --max-queue 1024: each text is one "
+            "sentence at least, and a request's sentences wait in the queue together") in capsys.readouterr().err

@@ -143,7 +143,7 @@ def test_list_models(stub):
     [m] = stub.ListModels(pb.ListModelsRequest()).models
     assert (m.name, list(m.pairs), m.device, m.variant) == ("tiny", ["en-de", "de-en"], "cpu", "fp32")
     assert (m.max_texts_per_request, m.max_chars_per_text, m.max_tokens_per_text, m.max_beam_size) == (16, 500, 64, 8)
-    # sentences: 16 texts x SENTENCES_PER_TEXT (16); tokens: 16 texts x 64 tokens
+    # sentences: 16 texts x SENTENCES_PER_TEXT (16, the automatic --max-sentences); tokens: 16 texts x 64 tokens
     assert (m.max_sentences_per_request, m.max_tokens_per_request) == (256, 1024)
 
 
