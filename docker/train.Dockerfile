@@ -33,7 +33,11 @@ RUN set -eux; \
     else \
         /opt/venv/bin/pip install "torch==$TORCH_VERSION"; \
     fi; \
-    /opt/venv/bin/python -c 'import torch; print("torch", torch.__version__)'
+    /opt/venv/bin/python -c 'import torch; print("torch", torch.__version__)'; \
+    if /opt/venv/bin/pip list 2>/dev/null | grep -qi '^nvidia-'; then \
+        echo "NOTE: this image carries torch's CUDA libraries (several GB): right for GPU training;" \
+             "for a CPU-only export image pass PyTorch's CPU wheel index as --build-arg TORCH_INDEX=..."; \
+    fi
 
 # The other dependencies of the train and export extras (torch held at the version above).
 COPY pyproject.toml /src/pyproject.toml
