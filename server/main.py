@@ -114,6 +114,10 @@ def warm_up(model: LoadedModel) -> None:
                 raise StartupError(f"model {model.name}: the {pair} warm-up decode gave no hypothesis")
 
 
+# What start-up raises for what it was given: one "cannot start" line and exit 2.
+STARTUP_ERRORS = (PackageError, StartupError, ValueError, OSError)
+
+
 def first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:500]
@@ -125,14 +129,20 @@ class TolerantRequests(grpc.aio.ServerInterceptor):
     failing in grpc's deserializer (UNKNOWN, an 8-line traceback per call, and the end of a
     stream with the work it had accepted)."""
 
+    def __init__(self) -> None:
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}  # per method: built once, not per call
+
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
         service, _, method = details.method.strip("/").partition("/")
         if handler is None or service != SERVICE_NAME or handler.request_deserializer is None:
             return handler
-        message_type = pb.DESCRIPTOR.services_by_name["Translator"].methods_by_name[method].input_type.full_name
-        return _handler_like(handler, handler.unary_unary or handler.unary_stream or handler.stream_unary
-                             or handler.stream_stream, tolerant(handler.request_deserializer, message_type))
+        if details.method not in self._wrapped:
+            message_type = pb.DESCRIPTOR.services_by_name["Translator"].methods_by_name[method].input_type.full_name
+            self._wrapped[details.method] = _handler_like(
+                handler, handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream,
+                tolerant(handler.request_deserializer, message_type))
+        return self._wrapped[details.method]
 
 
 def _handler_like(handler, behaviour, request_deserializer):
@@ -278,7 +288,7 @@ async def serve(cfg: ServerConfig) -> int:
     started = time.monotonic()
     try:
         running = await build_server(cfg)
-    except (PackageError, StartupError, ValueError, OSError):
+    except STARTUP_ERRORS:
         raise
     except Exception as e:  # a port in use, a provider that does not start: one line, not a traceback
         raise StartupError(first_line(e)) from None
@@ -303,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("configuration: %s", json.dumps(cfg.redacted(), sort_keys=True))
     try:
         return asyncio.run(serve(cfg))
-    except (PackageError, StartupError, ValueError, OSError) as e:
+    except STARTUP_ERRORS as e:
         log.error("cannot start: %s", e)
         return EXIT_USAGE
     except KeyboardInterrupt:  # Ctrl-C before the models were in (after that, SIGINT drains)

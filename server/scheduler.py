@@ -149,7 +149,7 @@ class Scheduler:
         while True:
             with self._cond:
                 while not self._stopping:
-                    self._sweep_queue()
+                    self._drop_stopped(self._queue, time.monotonic())
                     if self._take_possible():
                         break
                     # Sleep until something changes (every change notifies) or the first
@@ -166,19 +166,22 @@ class Scheduler:
                 self._encoding = 0
                 self._cond.notify_all()
 
-    def _sweep_queue(self) -> None:
-        """Answer the waiting jobs that were cancelled or expired (under the lock); their
-        places in the queue are free at once."""
-        now = time.monotonic()
-        if not any(t.cancelled or (t.deadline is not None and now >= t.deadline) for t in self._queue):
-            return
-        keep: collections.deque[Ticket] = collections.deque()
-        for t in self._queue:
-            if (error := t.stopped(now)) is not None:
-                self._resolve(t, error)
+    def _drop_stopped(self, items: collections.deque, now: float, ticket_of=lambda item: item) -> bool:
+        """Answer the cancelled and expired among ``items`` (tickets, or entries that
+        ``ticket_of`` maps to theirs) and remove them in place, keeping the others' order
+        (under the lock). True when any left: their places are free at once."""
+        kept = []
+        for item in items:
+            t = ticket_of(item)
+            if (error := t.stopped(now)) is None:
+                kept.append(item)
             else:
-                keep.append(t)
-        self._queue = keep
+                self._resolve(t, error)
+        if len(kept) == len(items):
+            return False
+        items.clear()
+        items.extend(kept)
+        return True
 
     def _until_first_deadline(self) -> float | None:
         deadlines = [t.deadline for t in self._queue if t.deadline is not None]
@@ -267,18 +270,9 @@ class Scheduler:
         rows = self._batch.n
         tokens = sum(t.cost for t in self._running.values())
         admitted: list[tuple[Ticket, Encoded]] = []
-        left = False
         with self._cond:
             # Whoever was cancelled or expired leaves first, wherever it waits in line.
-            if any(t.stopped(now) for t, _ in self._ready):
-                keep: collections.deque[tuple[Ticket, Encoded]] = collections.deque()
-                for t, encoded in self._ready:
-                    if (error := t.stopped(now)) is not None:
-                        self._resolve(t, error)
-                        left = True
-                    else:
-                        keep.append((t, encoded))
-                self._ready = keep
+            left = self._drop_stopped(self._ready, now, ticket_of=lambda entry: entry[0])
             while self._ready:
                 t, encoded = self._ready[0]
                 if rows + t.job.k > self.limits.max_batch_rows or tokens + t.cost > self.limits.max_tokens_in_flight:

@@ -37,6 +37,7 @@ DEADLINE_SLACK = 0.1  # seconds: a cancellation this close to the deadline is th
 LOG_EVERY = 10.0  # seconds between two log lines about malformed requests
 
 
+WIRE_STOP_REASON = {reason: pb.StopReason.Value(f"STOP_REASON_{reason.name}") for reason in StopReason}
 ECHO_CHARS = 64  # what an error message repeats of the caller's input, at most
 # Texts are split into sentences, each decoded on its own. A request may carry at most
 # ServerConfig.sentences_per_request sentences in all (--max-sentences), and at most
@@ -129,11 +130,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         code = grpc.StatusCode.OK
         self.active += 1
         try:
-            if isinstance(request, Malformed):
-                self.malformed(request)
-                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
-            if self.draining:
-                raise RequestError(grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry elsewhere")
+            self._admissible(request)
             return await self._translate(request, _deadline(context))
         except RequestError as e:
             code = e.code
@@ -159,11 +156,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
 
         async def one(request: pb.TranslateRequest | Malformed) -> None:
             try:
-                if isinstance(request, Malformed):
-                    self.malformed(request)
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
-                if self.draining:
-                    raise RequestError(grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry elsewhere")
+                self._admissible(request)
                 response = await self._translate(request, deadline)
             except RequestError as e:
                 response = pb.TranslateResponse(request_id="" if isinstance(request, Malformed) else request.request_id,
@@ -236,7 +229,6 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             return response
         self.metrics.texts.labels(model.name).inc(n)
         plans = self._segments(request, model, source, target, options, max_out)
-        count = sum(len(p) for p in plans)
         self._check_response_fits(model, request, plans)
         jobs = [x.job for p in plans for x in p]
         tickets: list[Ticket] = []
@@ -262,7 +254,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         except asyncio.CancelledError:
             self._cancel(model, tickets)
             raise
-        self.metrics.sentences.labels(model.name).inc(count)
+        self.metrics.sentences.labels(model.name).inc(len(jobs))
         cut = sum(1 for hyps in results if hyps and hyps[0].stop_reason is StopReason.LENGTH_LIMIT)
         if cut:
             self.metrics.length_limited.labels(model.name).inc(cut)
@@ -368,7 +360,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     def _hypothesis(self, model: LoadedModel, src: list[int], hyp: Hypothesis, o: pb.DecodingOptions) -> pb.Hypothesis:
         sp = model.tokenizer
         out = pb.Hypothesis(text=sp.decode(hyp.tokens), num_tokens=len(hyp.tokens),
-                            stop_reason=pb.StopReason.Value(f"STOP_REASON_{hyp.stop_reason.name}"))
+                            stop_reason=WIRE_STOP_REASON[hyp.stop_reason])
         if o.return_scores:
             out.score = hyp.score
         if o.return_attention and hyp.attention is not None:
@@ -381,6 +373,14 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     def _cancel(model: LoadedModel, tickets: list[Ticket]) -> None:
         for t in tickets:
             model.scheduler.cancel(t)
+
+    def _admissible(self, request: pb.TranslateRequest | Malformed) -> None:
+        """Raise RequestError for a message that is not a request, or while draining."""
+        if isinstance(request, Malformed):
+            self.malformed(request)
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
+        if self.draining:
+            raise RequestError(grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry elsewhere")
 
     def malformed(self, request: Malformed) -> None:
         """One log line for a malformed message, at most one every ``LOG_EVERY`` seconds
@@ -423,6 +423,11 @@ def whole_text(text: str, segments: Sequence[pb.Segment]) -> list[pb.Hypothesis]
     return out
 
 
+# A hypothesis's protobuf fields at their widest: its own framing, the text's, score,
+# num_tokens and stop_reason (a tag byte and a 5-byte length or varint each; score 4 bytes).
+HYPOTHESIS_FIELDS = 6 + 6 + 5 + 6 + 6
+
+
 def response_bound(model: LoadedModel, request: pb.TranslateRequest, plans: list[list[Segment]]) -> int:
     """An upper bound of the serialized TranslateResponse's size in bytes: every hypothesis
     at its length limit, made of the vocabulary's longest piece (protobuf framing counted
@@ -431,9 +436,9 @@ def response_bound(model: LoadedModel, request: pb.TranslateRequest, plans: list
     n_best = max(1, o.num_hypotheses)
     piece = model.longest_piece_bytes
 
-    def hypothesis(job: Job, extra_text: int = 0) -> int:
-        """One hypothesis (framing, text, score, num_tokens, stop_reason) with its attention."""
-        size = 6 + 6 + extra_text + job.max_len * piece + 5 + 6 + 6
+    def hypothesis(job: Job) -> int:
+        """One sentence's hypothesis with its attention."""
+        size = HYPOTHESIS_FIELDS + job.max_len * piece
         if o.return_attention:
             sp = model.tokenizer
             size += sum(6 + len(sp.id_to_piece(i).encode()) for i in job.src)  # source pieces
@@ -447,10 +452,8 @@ def response_bound(model: LoadedModel, request: pb.TranslateRequest, plans: list
         total += 6 + 6 + 6 + text_bytes  # the translation; a blank text's one hypothesis
         for x in sentences:  # the segments: source, start, end, hypotheses
             total += 6 + 6 + 4 * (x.span[1] - x.span[0]) + 12 + n_best * hypothesis(x.job)
-        if len(sentences) == 1:  # the text's hypotheses: the sentence's text (attention moved, not copied)
-            total += n_best * (6 + 6 + text_bytes + sentences[0].job.max_len * piece + 5 + 6 + 6)
-        elif sentences:
-            total += n_best * (6 + 6 + 5 + 6 + 6 + text_bytes + sum(x.job.max_len for x in sentences) * piece)
+        if sentences:  # the text's hypotheses: its sentences' texts in place (attention moved, not copied)
+            total += n_best * (HYPOTHESIS_FIELDS + text_bytes + sum(x.job.max_len for x in sentences) * piece)
     return total
 
 

@@ -307,20 +307,25 @@ def test_stdin_to_stdout(server, client):
     assert r.stdout == "\n".join(expected) + "\n"
 
 
+def kill_9_after(cmd: list[str], partial: Path, lines: int) -> None:
+    """Run ``cmd`` and kill -9 it once ``partial`` holds ``lines`` lines (or after 120 s)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if partial.exists() and partial.read_bytes().count(b"\n") >= lines:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
 def test_resume_after_kill_translates_only_the_rest(server, big_file, alone, tmp_path):
     path, lines = big_file
     out = tmp_path / "out.txt"
     partial = tmp_path / "out.txt.partial"
     cmd = [sys.executable, "-m", "clients.translate_file", "-s", "en", "-t", "de", "-i", str(path), "-o", str(out),
            "--address", server.address, "--batch-lines", "4", "--in-flight", "1", "-q"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if partial.exists() and partial.read_bytes().count(b"\n") >= 1000:
-            break
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    kill_9_after(cmd, partial, 1000)
     assert not out.exists(), "the run finished before it could be killed"
     done = partial.read_bytes().count(b"\n")
     assert 1000 <= done < 3000
@@ -502,14 +507,7 @@ def test_failures_survive_kill_9_and_resume_lists_each_once(server, big_file, al
     failed = [i + 1 for i, x in enumerate(lines) if len(x) > MAX_CHARS or x.startswith("ab ab")]
     cmd = [sys.executable, "-m", "clients.translate_file", "-s", "en", "-t", "de", "-i", str(src), "-o", str(out),
            "--address", server.address, "--batch-lines", "4", "--in-flight", "2", "-q"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if partial.exists() and partial.read_bytes().count(b"\n") >= 250:
-            break
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    kill_9_after(cmd, partial, 250)
     assert not out.exists(), "the run finished before it could be killed"
     done = partial.read_bytes().count(b"\n")
     assert 250 <= done < len(lines) and failed[0] < done

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,6 +19,16 @@ from server.scheduler import DeadlineExpired, JobCancelled, Scheduler, Scheduler
 @pytest.fixture(scope="module")
 def runtime(tiny_package):
     return Runtime(ModelPackage.load(tiny_package), RuntimeOptions(device="cpu", threads=1))
+
+
+@contextlib.contextmanager
+def running_scheduler(runtime: Runtime, metrics: Metrics | None = None, **limits) -> Iterator[Scheduler]:
+    s = Scheduler(runtime, SchedulerLimits(**limits), metrics, "tiny")
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
 
 
 def job(length: int = 0, beam: int = 1) -> Job:
@@ -37,9 +49,7 @@ def test_jobs_waiting_behind_expired_staged_jobs_are_picked_up(runtime):
     waits in the queue behind them; they left without waking the encoder, which slept on as
     if the batch were still full, so the waiting job was never picked up (it hung until
     another request came, however idle the server)."""
-    s = Scheduler(runtime, SchedulerLimits(max_batch_rows=2, max_queue=8))
-    s.start()
-    try:
+    with running_scheduler(runtime, max_batch_rows=2, max_queue=8) as s:
         running = [s.submit(job(250)) for _ in range(2)]  # fill the batch for a while
         wait_until(lambda: s.in_flight == 2)
         staged = [s.submit(job(), deadline=time.monotonic() + 0.03) for _ in range(2)]
@@ -51,14 +61,10 @@ def test_jobs_waiting_behind_expired_staged_jobs_are_picked_up(runtime):
             assert t.future.result(timeout=10)
         assert waiting.future.result(timeout=10)[0].tokens  # hung forever before the fix
         wait_until(lambda: s.in_flight == 0 and s.queued == 0)
-    finally:
-        s.stop()
 
 
 def test_cancelled_staged_jobs_free_their_rows_for_the_queue(runtime):
-    s = Scheduler(runtime, SchedulerLimits(max_batch_rows=2, max_queue=8))
-    s.start()
-    try:
+    with running_scheduler(runtime, max_batch_rows=2, max_queue=8) as s:
         running = [s.submit(job(250)) for _ in range(2)]
         wait_until(lambda: s.in_flight == 2)
         staged = [s.submit(job(250)) for _ in range(2)]
@@ -70,14 +76,10 @@ def test_cancelled_staged_jobs_free_their_rows_for_the_queue(runtime):
             with pytest.raises(JobCancelled):
                 t.future.result(timeout=10)
         assert waiting.future.result(timeout=10)
-    finally:
-        s.stop()
 
 
 def test_a_waiting_job_expires_at_its_deadline_while_the_batch_is_full(runtime):
-    s = Scheduler(runtime, SchedulerLimits(max_batch_rows=8, max_queue=8))
-    s.start()
-    try:
+    with running_scheduler(runtime, max_batch_rows=8, max_queue=8) as s:
         busy = [s.submit(job(250, beam=4)) for _ in range(2)]
         wait_until(lambda: s.in_flight == 2)
         s.submit(job(250, beam=4))  # staged
@@ -89,19 +91,15 @@ def test_a_waiting_job_expires_at_its_deadline_while_the_batch_is_full(runtime):
         # Answered at its deadline, not when the batch frees up.
         assert time.monotonic() - start < 0.05 + 0.05
         assert not any(t.future.done() for t in busy)
-    finally:
-        s.stop()
 
 
 def test_in_flight_and_queue_gauges_return_to_zero_after_cancellations(runtime):
     metrics = Metrics()
-    s = Scheduler(runtime, SchedulerLimits(max_batch_rows=4, max_queue=8), metrics, "tiny")
-    s.start()
 
     def gauge(name: str) -> float | None:
         return metrics.registry.get_sample_value(name, {"model": "tiny"})
 
-    try:
+    with running_scheduler(runtime, max_batch_rows=4, max_queue=8, metrics=metrics) as s:
         tickets = [s.submit(job(250)) for _ in range(6)]
         wait_until(lambda: s.in_flight == 4)
         assert gauge("nmt_in_flight_sequences") == 4
@@ -113,5 +111,3 @@ def test_in_flight_and_queue_gauges_return_to_zero_after_cancellations(runtime):
         wait_until(lambda: s.in_flight == 0)
         assert gauge("nmt_in_flight_sequences") == 0  # stayed at 4 before: set only after a step
         assert gauge("nmt_queued_texts") == 0
-    finally:
-        s.stop()
