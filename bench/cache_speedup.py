@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from export.package import ModelPackage
+from engine.decoding import DecodeOptions
+from engine.package import ModelPackage
 from export.verify import cpu_runtime, decode, unpad
-from server.decoding import DecodeOptions
 from training import checkpoint as ckpt_io
 from training.data import load_pairs, pad
 from training.decode import greedy_search

@@ -9,11 +9,16 @@ loads the model, decodes the first batch once untimed (warm-up), then times ever
 output ids, and the peak RSS of the process (``ru_maxrss``) minus the RSS after imports,
 before the model was loaded.
 
-Engines (``ENGINES``): ``pytorch`` (reference decoder, no cache), ``pytorch-cache``,
+Engines (``CPU_ENGINES``): ``pytorch`` (reference decoder, no cache), ``pytorch-cache``,
 ``onnx-fp32`` / ``onnx-int8`` (the server's decoding loop over onnxruntime, offline),
-``ct2-fp32`` / ``ct2-int8`` (CTranslate2 on the converted checkpoint; int8 is quantised
-from the fp32 weights when loaded). On ``--device cuda``: ``pytorch-cache``,
-``onnx-fp32``, ``onnx-fp16`` and ``ct2-fp16``.
+``onnx-fp32-resident`` (the same fp32 loop on the device-resident path, ``ResidentBatch``:
+what CUDA runs, forced on the CPU to measure its cost there), ``ct2-fp32`` / ``ct2-int8``
+(CTranslate2 on the converted checkpoint; int8 is quantised from the fp32 weights when
+loaded). On ``--device cuda`` (``CUDA_ENGINES``): ``pytorch-cache``, ``onnx-fp32``,
+``onnx-fp16`` (device-resident automatically when the package has the step and rows
+graphs) and ``ct2-fp16``. The result says where each engine actually ran (``device``),
+with which graphs (``variant``) and whether decoding was device-resident (``resident``);
+an engine asked for CUDA that is not on it fails instead of reporting CPU numbers.
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.defaults import default_max_len
+
 Decoder = Callable[[list[list[int]]], list[list[int]]]  # sources (tag + pieces + eos) -> output ids
 
-CPU_ENGINES = ("pytorch", "pytorch-cache", "onnx-fp32", "onnx-int8", "ct2-fp32", "ct2-int8")
+CPU_ENGINES = ("pytorch", "pytorch-cache", "onnx-fp32", "onnx-int8", "onnx-fp32-resident", "ct2-fp32", "ct2-int8")
 CUDA_ENGINES = ("pytorch-cache", "onnx-fp32", "onnx-fp16", "ct2-fp16")
+RESIDENT_SUFFIX = "-resident"  # an onnx engine with RuntimeOptions(resident="on")
 
 
 def rss_mib() -> float:
@@ -59,7 +67,7 @@ def import_engine(engine: str) -> None:
         raise ValueError(f"unknown engine {engine!r}")
 
 
-def pytorch_decoder(work: dict[str, Any]) -> Decoder:
+def pytorch_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     import torch
 
     from training import checkpoint as ckpt_io
@@ -68,6 +76,8 @@ def pytorch_decoder(work: dict[str, Any]) -> Decoder:
 
     torch.set_num_threads(work["threads"])
     device = work["device"]
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
     model, _, _ = ckpt_io.load_model(work["checkpoint"], device)
     use_cache, beam = work["engine"] == "pytorch-cache", work["beam_size"]
 
@@ -81,25 +91,29 @@ def pytorch_decoder(work: dict[str, Any]) -> Decoder:
             torch.cuda.synchronize()
         return [h.tokens for h in hyps]
 
-    return run
+    ran_on = next(model.parameters()).device.type
+    return run, {"device": ran_on, "variant": "fp32", "resident": None}
 
 
-def onnx_decoder(work: dict[str, Any]) -> Decoder:
-    from export.package import ModelPackage
+def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
+    from engine.decoding import DecodeOptions
+    from engine.package import ModelPackage
+    from engine.runtime import Runtime, RuntimeOptions
     from export.verify import decode
-    from server.decoding import DecodeOptions
-    from server.runtime import Runtime, RuntimeOptions
 
-    variant = work["engine"].split("-")[1]
+    engine = work["engine"]
+    resident = "on" if engine.endswith(RESIDENT_SUFFIX) else "auto"  # auto: on CUDA, off on the CPU
+    variant = engine.removesuffix(RESIDENT_SUFFIX).split("-")[1]
     rt = Runtime(ModelPackage.load(work["package"]),
-                 RuntimeOptions(device=work["device"], threads=work["threads"], variant=variant))
+                 RuntimeOptions(device=work["device"], threads=work["threads"], variant=variant, resident=resident))
     if rt.device != work["device"]:
         raise RuntimeError(f"onnxruntime runs on {rt.device}, not {work['device']} (providers {rt.providers})")
     options = DecodeOptions(beam_size=work["beam_size"], alpha=work["alpha"])
-    return lambda sources: [nb[0].tokens for nb in decode(rt, sources, options)]
+    info = {"device": rt.device, "variant": rt.variant, "resident": bool(rt.resident)}
+    return (lambda sources: [nb[0].tokens for nb in decode(rt, sources, options)]), info
 
 
-def ct2_decoder(work: dict[str, Any]) -> Decoder:
+def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     import ctranslate2
     import sentencepiece as spm
 
@@ -111,16 +125,18 @@ def ct2_decoder(work: dict[str, Any]) -> Decoder:
 
     def run(sources: list[list[int]]) -> list[list[int]]:
         # CT2 takes one length bound per call: the batch's largest per-sentence bound (our rule).
-        limit = max(min(cap, int(1.5 * len(s)) + 10) for s in sources)
+        limit = max(default_max_len(len(s), cap) for s in sources)
         tokens = [[sp.id_to_piece(i) for i in s[:-1]] for s in sources]  # CT2 appends eos itself
         results = translator.translate_batch(tokens, beam_size=work["beam_size"], length_penalty=work["alpha"],
                                              max_decoding_length=limit, max_batch_size=0)
         return [[sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
 
-    return run
+    # CTranslate2 raises when it cannot use the device it was given: where it runs is what was asked
+    return run, {"device": translator.device, "variant": work["engine"].split("-")[1], "resident": None}
 
 
-def build(work: dict[str, Any]) -> Decoder:
+def build(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
+    """The engine's decoder, and where it runs: {"device", "variant", "resident"}."""
     engine = work["engine"]
     if engine.startswith("pytorch"):
         return pytorch_decoder(work)
@@ -132,7 +148,7 @@ def build(work: dict[str, Any]) -> Decoder:
 def measure(work: dict[str, Any]) -> dict[str, Any]:
     import_engine(work["engine"])
     base = rss_mib()
-    decoder = build(work)
+    decoder, where = build(work)
     batches: list[list[list[int]]] = work["batches"]
     decoder(batches[0])  # warm-up, untimed
     repeats = work.get("repeats", 1)
@@ -149,7 +165,7 @@ def measure(work: dict[str, Any]) -> dict[str, Any]:
         if not best or sum(seconds) < sum(best):
             best = seconds
     return {"batch_seconds": best, "outputs": outputs, "rss_base_mib": round(base, 1),
-            "peak_rss_delta_mib": round(peak_rss_mib() - base, 1)}
+            "peak_rss_delta_mib": round(peak_rss_mib() - base, 1), **where}
 
 
 def main() -> int:

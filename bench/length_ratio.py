@@ -4,7 +4,7 @@ its pairs an output-length rule would cut.
     python -m bench.length_ratio                  # the default model's corpus and tokenizer
     python -m bench.length_ratio --checkpoint-dir models/default --split train --json out.json
 
-The server's default output bound (``server.decoding.default_max_len``) must leave room for
+The server's default output bound (``engine.decoding.default_max_len``) must leave room for
 the longest natural ratio; this measures it on the training split of a model's own data
 (every direction it was trained on) with its own tokenizer. A pair is cut by a rule when its
 target's pieces plus the end-of-sentence token exceed the rule applied to the source as the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from server.decoding import OUTPUT_MARGIN, OUTPUT_SLOPE
+from engine.defaults import OUTPUT_MARGIN, OUTPUT_SLOPE
 
 OLD_RULE = (1.5, 10)  # the bound before it was measured
 

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     package = None
     d_model, d_ff = args.d_model, args.d_ff
     if args.package:
-        from export.package import ModelPackage
+        from engine.package import ModelPackage
 
         package = ModelPackage.load(args.package)
         d_model = package.dims.d_model
@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if package is not None:
         from bench.profile_decode import step_cost
-        from export import contract
-        from server.runtime import Runtime, RuntimeOptions
+        from engine import contract
+        from engine.runtime import Runtime, RuntimeOptions
 
         dims, past, src = package.dims, 32, 20
         print(f"\ndecoder step of {args.package}, {args.rows} rows, {past} cached slots, source {src}, 1 thread")

@@ -10,11 +10,24 @@ and beam (``--beam-size``, GNMT length penalty alpha 0.6; CTranslate2's length p
 is length ** alpha, so its beam outputs may differ slightly).
 
 Engines (``--engines``, CPU): pytorch (training/decode.py without the KV cache),
-pytorch-cache, onnx-fp32 / onnx-int8 (the server's decoding loop, offline), ct2-fp32 /
-ct2-int8 (the checkpoint converted by bench/ct2_convert.py), and server: ``nmt-serve``
-in a subprocess on 127.0.0.1, fed by ``--clients`` closed-loop gRPC clients sending
-requests of batch-size texts. ``--device cuda``: pytorch-cache, onnx-fp32, onnx-fp16 and
-ct2-fp16 on the GPU, skipped (with a note in the JSON) when there is none.
+pytorch-cache, onnx-fp32 / onnx-int8 (the server's decoding loop, offline),
+onnx-fp32-resident (the same loop on the device-resident path CUDA uses, forced on the
+CPU: its cost there beside the numpy path), ct2-fp32 / ct2-int8 (the checkpoint converted
+by bench/ct2_convert.py), and server: ``nmt-serve`` in a subprocess on 127.0.0.1, fed by
+``--clients`` closed-loop gRPC clients sending requests of batch-size texts; a list of
+client counts (``--clients 1,32,64,128,256``) is a sweep: one server started per mode and
+batch size, loaded at each count in turn, one row per count (its peak RSS is the server's
+peak so far).
+
+``--device cuda`` (skipped, with a note in the JSON, when there is no GPU): pytorch-cache,
+onnx-fp32, onnx-fp16 and the server (``nmt-serve --device cuda``, fp16 when the package
+has it, device-resident decoding) by default, ct2-fp16 when named (its wheels need CUDA
+12); batch sizes 1, 32 and 256 and 3,072 sentences unless given. Every row records where
+it ran (``device``), its graphs (``variant``) and whether decoding was device-resident
+(``resident``); an engine or a server that is not on the GPU fails instead of reporting
+CPU numbers. With ``--device cuda`` (or ``--gpu-targets``) the run ends with the GPU
+targets of the issue, met or not (bench/bench_report.py ``gpu_targets``); the one-CPU-
+thread reference comes from this run's rows or from ``--cpu-json``, an earlier CPU run.
 
 Every offline configuration runs in a fresh child process (bench/engines.py): warm-up on
 the first batch, then every batch timed (``--repeats`` passes, the fastest kept; the
@@ -43,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from bench import bench_report
-from bench.engines import CPU_ENGINES, CUDA_ENGINES
+from bench.engines import CPU_ENGINES, CUDA_ENGINES, RESIDENT_SUFFIX
 from cli import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -55,11 +68,16 @@ from cli import (
     exit_status_help,
     fail,
 )
+from engine.defaults import LENGTH_PENALTY, default_max_len
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = "server"
 REFERENCE_ENGINES = ("pytorch-cache", "onnx-fp32")  # the first one run is what "same text" compares with
-ALPHA = 0.6
+ALPHA = LENGTH_PENALTY
+# Per device: what runs when --engines, --batch-sizes and --sentences are not given.
+DEFAULT_ENGINES = {"cpu": (*CPU_ENGINES, SERVER), "cuda": ("pytorch-cache", "onnx-fp32", "onnx-fp16", SERVER)}
+DEFAULT_BATCH_SIZES = {"cpu": "1,32", "cuda": "1,32,256"}
+DEFAULT_SENTENCES = {"cpu": 128, "cuda": 3072}  # cuda: 512 per direction of the default model, full batches of 256
 
 
 @dataclass(frozen=True)
@@ -133,22 +151,77 @@ def server_baseline_mib() -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def server_limits(args: argparse.Namespace, n_items: int, bs: int, beam: int) -> tuple[int, list[str]]:
+    """nmt-serve's --max-batch-rows and the other limits that let the load through: it may decode
+    as many rows together as the largest offline batch (texts x beams; at least its request and
+    the server's default 64), and no request of the run is refused for the queue or tokens."""
+    rows = max(64, bs * beam, beam * min(max(args.clients) * bs, max(args.batch_sizes)))
+    extra = ["--max-texts", str(max(64, bs)), "--max-queue", str(max(1024, n_items, bs)),
+             "--max-tokens-in-flight", str(max(65536, rows * 256))]
+    return rows, extra
+
+
+def server_model(address: str) -> Any:
+    """The first model the server lists (nmt.v1.ModelInfo): where it runs and how."""
+    import grpc
+
+    from nmt.v1 import translator_pb2 as pb
+    from nmt.v1 import translator_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        models = pb_grpc.TranslatorStub(channel).ListModels(pb.ListModelsRequest(), timeout=30).models
+    if not models:
+        raise RuntimeError("nmt-serve lists no model")
+    return models[0]
+
+
+def server_placement(model: Any, device: str) -> dict[str, Any]:
+    """Where the server decodes, from its ModelInfo; RuntimeError when that is not ``device``
+    (a GPU benchmark must not report a server that came up on the CPU)."""
+    if model.device != device:
+        raise RuntimeError(f"nmt-serve --device {device} came up on {model.device or 'an unknown device'} "
+                           f"({model.variant}); refusing to report it as {device}")
+    return {"device": model.device, "variant": model.variant, "resident": bool(model.device_resident)}
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    clients: int
+    seconds: float
+    latencies: list[float]
+    texts: list[str]
+    tokens: list[int]
+    rss: float  # the server's peak RSS so far minus the baseline
+    error: str = ""  # this client count failed (the others keep their numbers)
+
+
 def run_server(args: argparse.Namespace, items: list[Item], batches: list[Batch], beam: int,
-               baseline: float) -> tuple[float, list[float], list[str], list[int], float]:
+               baseline: float) -> tuple[list[ServerRun], dict[str, Any]]:
+    """One server for this mode and batch size, loaded by each of ``args.clients`` in turn;
+    the runs, and where the server decoded ({"device", "variant", "resident"})."""
     from bench.server_load import Request, ServerProcess, process_rss_mib, run_load
 
     bs = max(len(b.rows) for b in batches)
     requests = [Request([items[i].src for i in b.rows], b.src_lang, b.tgt_lang) for b in batches]
-    with ServerProcess(args.package, args.threads, max_batch_rows=max(64, bs * beam), device=args.device,
-                       extra=["--max-texts", str(max(64, bs))]) as srv:
-        result = min((run_load(srv.address, requests, args.clients, beam, ALPHA) for _ in range(args.repeats)),
-                     key=lambda r: r.seconds)
-        peak = process_rss_mib(srv.pid)
-    texts, tokens = [""] * len(items), [0] * len(items)
-    for b, response in zip(batches, result.responses):
-        for i, tr in zip(b.rows, response.translations):
-            texts[i], tokens[i] = tr.hypotheses[0].text, tr.hypotheses[0].num_tokens
-    return result.seconds, result.latencies, texts, tokens, peak - baseline if peak else 0.0
+    rows, extra = server_limits(args, len(items), bs, beam)
+    runs = []
+    with ServerProcess(args.package, args.threads, max_batch_rows=rows, device=args.device, extra=extra) as srv:
+        where = server_placement(server_model(srv.address), args.device)
+        for clients in args.clients:
+            try:
+                result = min((run_load(srv.address, requests, clients, beam, ALPHA) for _ in range(args.repeats)),
+                             key=lambda r: r.seconds)
+            except Exception as e:  # a sweep keeps the counts that worked
+                runs.append(ServerRun(clients, 0.0, [], [], [], 0.0, f"{type(e).__name__}: {e}"))
+                continue
+            peak = process_rss_mib(srv.pid)
+            texts, tokens = [""] * len(items), [0] * len(items)
+            for b, response in zip(batches, result.responses):
+                for i, tr in zip(b.rows, response.translations):
+                    texts[i], tokens[i] = tr.hypotheses[0].text, tr.hypotheses[0].num_tokens
+            runs.append(ServerRun(clients, result.seconds, result.latencies, texts, tokens,
+                                  peak - baseline if peak else 0.0))
+    return runs, where
 
 
 def bleu(hyps: list[str], refs: list[str | None]) -> float | None:
@@ -177,27 +250,32 @@ def summarise(engine: str, mode: str, bs: int, batches: list[Batch], total: floa
 
 
 def run_config(args: argparse.Namespace, engine: str, mode: str, bs: int, items: list[Item], tokenizer: Any,
-               paths: dict[str, Any], server_base: float) -> dict[str, Any]:
+               paths: dict[str, Any], server_base: float) -> list[dict[str, Any]]:
+    """The rows of one engine, mode and batch size: one, or one per client count (server)."""
     beam = 1 if mode == "greedy" else args.beam_size
     batches = make_batches(items, bs)
     if engine == SERVER:
-        total, latencies, texts, tokens, rss = run_server(args, items, batches, beam, server_base)
-    else:
-        work = {"engine": engine, "beam_size": beam, "alpha": ALPHA, "threads": args.threads, "device": args.device,
-                "batches": [[items[i].ids for i in b.rows] for b in batches], "progress": True,
-                "repeats": args.repeats, **paths}
-        result = run_child(work, args.threads)
-        latencies = result["batch_seconds"]
-        total = sum(latencies)
-        cap = int(paths["max_target_tokens"])
-        rows = [i for b in batches for i in b.rows]
-        texts, tokens = [""] * len(items), [0] * len(items)
-        for i, ids in zip(rows, result["outputs"]):
-            if engine.startswith("ct2") and beam == 1:  # CT2 bounds a whole call: cut rows at their own bound
-                ids = ids[: min(cap, int(1.5 * len(items[i].ids)) + 10)]
-            texts[i], tokens[i] = tokenizer.decode(ids), len(ids)
-        rss = result["peak_rss_delta_mib"]
-    return summarise(engine, mode, bs, batches, total, latencies, texts, tokens, items, rss)
+        runs, where = run_server(args, items, batches, beam, server_base)
+        return [{"engine": engine, "mode": mode, "batch_size": bs, "clients": r.clients, "error": r.error} if r.error
+                else {**summarise(engine, mode, bs, batches, r.seconds, r.latencies, r.texts, r.tokens, items, r.rss),
+                      "clients": r.clients, **where} for r in runs]
+    work = {"engine": engine, "beam_size": beam, "alpha": ALPHA, "threads": args.threads, "device": args.device,
+            "batches": [[items[i].ids for i in b.rows] for b in batches], "progress": True,
+            "repeats": args.repeats, **paths}
+    result = run_child(work, args.threads)
+    if result.get("device") != args.device:  # the child checks this too: never report CPU numbers as GPU ones
+        raise RuntimeError(f"{engine} ran on {result.get('device')}, not {args.device}")
+    latencies = result["batch_seconds"]
+    cap = int(paths["max_target_tokens"])
+    rows = [i for b in batches for i in b.rows]
+    texts, tokens = [""] * len(items), [0] * len(items)
+    for i, ids in zip(rows, result["outputs"]):
+        if engine.startswith("ct2") and beam == 1:  # CT2 bounds a whole call: cut rows at their own bound
+            ids = ids[: default_max_len(len(items[i].ids), cap)]
+        texts[i], tokens[i] = tokenizer.decode(ids), len(ids)
+    row = summarise(engine, mode, bs, batches, sum(latencies), latencies, texts, tokens, items,
+                    result["peak_rss_delta_mib"])
+    return [{**row, "device": result["device"], "variant": result["variant"], "resident": result["resident"]}]
 
 
 def add_agreement(rows: list[dict[str, Any]]) -> str | None:
@@ -234,21 +312,31 @@ def build_parser() -> argparse.ArgumentParser:
                    "in the one direction of --directions (default: the checkpoint's test split)")
     p.add_argument("--directions", help="comma-separated language pairs: the direction of --input, or the "
                    "directions of the test split to use (default: the checkpoint's, its first for --input)")
-    p.add_argument("--sentences", type=int, default=128, help="subset size (split over directions)")
+    p.add_argument("--sentences", type=int, help="subset size (split over directions) (default: "
+                   f"{DEFAULT_SENTENCES['cpu']}; {DEFAULT_SENTENCES['cuda']} with --device cuda)")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads of every engine")
     p.add_argument("--engines", help=f"comma-separated (CPU: {','.join((*CPU_ENGINES, SERVER))}; "
-                                     f"CUDA: {','.join(CUDA_ENGINES)}) (default: all of the device's)")
+                                     f"CUDA: {','.join((*CUDA_ENGINES, SERVER))}) (default: CPU: all of them; "
+                                     f"CUDA: {','.join(DEFAULT_ENGINES['cuda'])}; ct2-fp16 only when named: its "
+                                     "wheels need CUDA 12)")
     p.add_argument("--modes", default="greedy,beam", help="greedy and/or beam")
-    p.add_argument("--batch-sizes", default="1,32", help="texts per batch (offline) or per request (server)")
+    p.add_argument("--batch-sizes", help="texts per batch (offline) or per request (server) (default: "
+                   f"{DEFAULT_BATCH_SIZES['cpu']}; {DEFAULT_BATCH_SIZES['cuda']} with --device cuda)")
     p.add_argument("--beam", dest="beam_size", type=int, default=4, help="beam size of the beam mode")
     p.add_argument("--repeats", type=int, default=1, help="timed passes per configuration; the fastest is kept")
-    p.add_argument("--clients", type=int, default=8, help="concurrent gRPC clients for the server engine")
+    p.add_argument("--clients", default="8", help="concurrent gRPC clients of the server engine; a comma-separated "
+                   "list (1,32,64,128,256) is a sweep: one server row per count")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the engines run")
     p.add_argument("--ct2-model", type=Path, help="where to convert the checkpoint for CTranslate2 "
                                                   "(default: beside --json; replaced every run)")
     p.add_argument("--json", dest="out", type=Path, help="JSON results; a Markdown table is written beside it "
                                                          "(default: bench/results/nmt_bench-DEVICE.json)")
-    p.add_argument("--png", dest="chart", type=Path, help="also draw sentences/s as a PNG here (default: none)")
+    p.add_argument("--png", dest="chart", type=Path, help="also draw sentences/s as a PNG here, and the server "
+                   "sweep (default: none)")
+    p.add_argument("--gpu-targets", action="store_true", help="end with the issue's GPU targets computed from the "
+                   "rows, met or not (always on with --device cuda)")
+    p.add_argument("--cpu-json", type=Path, help="an earlier nmt-bench JSON of a one-thread CPU run with onnx-fp32 "
+                   "greedy at batch 256: the CPU reference of the GPU targets (default: this run's rows)")
     for old, new in (("--file", "--input"), ("--pair", "--directions"), ("--beam-size", "--beam"),
                      ("--out", "--json"), ("--chart", "--png")):
         deprecated_alias(p, old, new)
@@ -265,11 +353,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         check_output_file(args.chart, "--png")
     if args.file:
         check_input_file(args.file, "--input", "a UTF-8 text file, one sentence a line")
+    if args.cpu_json:
+        check_input_file(args.cpu_json, "--cpu-json", "the JSON nmt-bench wrote on the CPU")
+    args.gpu_targets = args.gpu_targets or args.device == "cuda"
+    args.sentences = DEFAULT_SENTENCES[args.device] if args.sentences is None else args.sentences
     args.directions = [d.strip() for d in args.directions.split(",") if d.strip()] if args.directions else None
     if args.file and args.directions and len(args.directions) != 1:
         raise UsageError(f"--input holds one direction; --directions gives {len(args.directions)}")
-    default = (*CPU_ENGINES, SERVER) if args.device == "cpu" else CUDA_ENGINES
-    args.engines = [e.strip() for e in args.engines.split(",")] if args.engines else list(default)
+    args.engines = [e.strip() for e in args.engines.split(",")] if args.engines else list(DEFAULT_ENGINES[args.device])
     allowed = set(CPU_ENGINES) | {SERVER} if args.device == "cpu" else set(CUDA_ENGINES) | {SERVER}
     unknown = [e for e in args.engines if e not in allowed]
     if unknown:
@@ -278,15 +369,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.modes = [m.strip() for m in args.modes.split(",")]
     if set(args.modes) - {"greedy", "beam"}:
         raise UsageError("--modes takes greedy and/or beam")
-    try:
-        args.batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
-    except ValueError:
-        raise UsageError(f"--batch-sizes takes comma-separated integers, not {args.batch_sizes!r}") from None
-    for name in ("sentences", "threads", "beam_size", "repeats", "clients"):
-        if getattr(args, name) < 1 or any(b < 1 for b in args.batch_sizes):
+    args.batch_sizes = int_list(args.batch_sizes or DEFAULT_BATCH_SIZES[args.device], "--batch-sizes")
+    args.clients = sorted(set(int_list(args.clients, "--clients")))
+    for name in ("sentences", "threads", "beam_size", "repeats"):
+        if getattr(args, name) < 1 or any(b < 1 for b in args.batch_sizes) or any(c < 1 for c in args.clients):
             raise UsageError("--sentences, --threads, --beam, --repeats, --clients and --batch-sizes must be at "
                              "least 1")
     return args
+
+
+def int_list(text: str, flag: str) -> list[int]:
+    """'1,32, 256' -> [1, 32, 256]; UsageError names the flag."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated integers, not {text!r}") from None
+    if not values:
+        raise UsageError(f"{flag} takes comma-separated integers, not {text!r}")
+    return values
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,8 +396,30 @@ def main(argv: list[str] | None = None) -> int:
         return fail("nmt-bench", str(e), EXIT_USAGE)
 
 
+def load_cpu_json(path: Path | None) -> dict[str, Any] | None:
+    """The earlier CPU run of --cpu-json; UsageError when it is not one."""
+    if path is None:
+        return None
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"--cpu-json: cannot read {path} as JSON: {e}") from None
+    if not isinstance(result, dict) or not isinstance(result.get("rows"), list):
+        raise UsageError(f"--cpu-json: {path} is not a JSON file nmt-bench wrote (no rows)")
+    if result.get("device", "cpu") != "cpu":
+        raise UsageError(f"--cpu-json: {path} is a {result['device']} run; give a CPU one")
+    return result
+
+
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+
+
 def run(argv: list[str] | None) -> int:
     args = parse_args(argv)
+    cpu_result = load_cpu_json(args.cpu_json)
     info = {"command": "nmt-bench " + " ".join(sys.argv[1:] if argv is None else argv),
             "device": args.device, "threads": args.threads, "machine": bench_report.machine(),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -306,8 +428,10 @@ def run(argv: list[str] | None) -> int:
         print(f"CUDA benchmark skipped: {why}", flush=True)
         args.out.write_text(json.dumps({**info, "skipped": why, "rows": []}, indent=1))
         return 0
+    if args.device == "cuda":
+        info["machine"]["gpu"] = gpu_name()
 
-    from export.package import ModelPackage, PackageError
+    from engine.package import ModelPackage, PackageError
     from training import checkpoint as ckpt_io
     from training.config import RunConfig
 
@@ -322,6 +446,17 @@ def run(argv: list[str] | None) -> int:
     if package.tokenizer_path.read_bytes() != tokenizer.model_proto:
         raise UsageError(f"{args.package} was not exported from {ckpt_path}: their tokenizers differ; give the "
                          "package nmt-export wrote from this checkpoint")
+    if any(e.endswith(RESIDENT_SUFFIX) for e in args.engines) and "fp32" not in package.resident_variants:
+        raise UsageError(f"{args.package} has no fp32 step and rows graphs for the resident engine; export it "
+                         "again with nmt-export")
+    if "onnx-fp16" in args.engines and "fp16" not in package.variants:
+        raise UsageError(f"{args.package} has no fp16 graphs for onnx-fp16; export it with nmt-export --fp16")
+    if args.device == "cuda":
+        for variant in ({e.split("-")[1] for e in args.engines if e.startswith("onnx")}
+                        | ({"fp16" if "fp16" in package.variants else "fp32"} if SERVER in args.engines else set())):
+            if variant not in package.resident_variants:
+                print(f"note: {args.package} has no {variant} step and rows graphs: {variant} decoding on CUDA will "
+                      "not be device-resident (export it again with nmt-export)", flush=True)
     items = load_items(args, cfg.data, tokenizer)
     paths = {"checkpoint": str(ckpt_path), "package": str(args.package), "tokenizer": str(package.tokenizer_path),
              "max_target_tokens": package.max_target_tokens, "ct2_model": ""}
@@ -335,35 +470,57 @@ def run(argv: list[str] | None) -> int:
                  "directions": sorted({f"{i.src_lang}-{i.tgt_lang}" for i in items}),
                  "mean_source_tokens": round(float(np.mean([len(i.ids) for i in items])), 1),
                  "beam_size": args.beam_size, "alpha": ALPHA, "clients": args.clients, "engines": args.engines,
-                 "repeats": args.repeats,
+                 "batch_sizes": args.batch_sizes, "repeats": args.repeats,
                  "decoder_onnx_mib": round(package.graph_path("decoder").stat().st_size / 2**20, 1)})
     configs = [(m, bs, e) for m in args.modes for bs in args.batch_sizes for e in args.engines]
     print(f"{len(items)} sentences ({', '.join(info['directions'])}), {args.threads} thread(s), {args.device}; "
           f"{len(configs)} configurations", flush=True)
+    per_direction = max(sum(1 for it in items if (it.src_lang, it.tgt_lang) == d)
+                        for d in {(it.src_lang, it.tgt_lang) for it in items})
+    for bs in args.batch_sizes:
+        if bs > per_direction:
+            print(f"note: batch {bs} is larger than the {per_direction} sentences of a direction: its batches "
+                  f"hold at most {per_direction} (raise --sentences)", flush=True)
     rows: list[dict[str, Any]] = []
     for n, (mode, bs, engine) in enumerate(configs, 1):
-        print(f"[{n}/{len(configs)}] {engine} {mode} batch {bs} ...", flush=True)
+        sweep = f", clients {','.join(map(str, args.clients))}" if engine == SERVER else ""
+        print(f"[{n}/{len(configs)}] {engine} {mode} batch {bs}{sweep} ...", flush=True)
         start = time.monotonic()
         try:
-            row = run_config(args, engine, mode, bs, items, tokenizer, paths, server_base)
-            print(f"    {row['sentences_per_s']:.2f} sent/s, {row['tokens_per_s']:.0f} tok/s, "
-                  f"BLEU {bench_report.fmt(row['bleu'], 2)} ({time.monotonic() - start:.0f}s)", flush=True)
+            got = run_config(args, engine, mode, bs, items, tokenizer, paths, server_base)
+            for row in got:
+                if row.get("error"):
+                    print(f"    {row['clients']} clients: failed: {row['error']}", flush=True)
+                    continue
+                where = f"{row['device']}, {row['variant']}" + (", resident" if row["resident"] else "")
+                clients = f"{row['clients']} clients: " if "clients" in row else ""
+                print(f"    {clients}{row['sentences_per_s']:.2f} sent/s, {row['tokens_per_s']:.0f} tok/s, "
+                      f"BLEU {bench_report.fmt(row['bleu'], 2)} ({where}; {time.monotonic() - start:.0f}s)",
+                      flush=True)
         except Exception as e:  # one failing engine must not lose the others' numbers
-            row = {"engine": engine, "mode": mode, "batch_size": bs, "error": f"{type(e).__name__}: {e}"}
-            print(f"    failed: {row['error']}", flush=True)
-        rows.append(row)
+            got = [{"engine": engine, "mode": mode, "batch_size": bs, "error": f"{type(e).__name__}: {e}"}]
+            print(f"    failed: {got[0]['error']}", flush=True)
+        rows += got
     reference = add_agreement(rows)
     result = {**info, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "same_text_reference": reference, "rows": rows}
+    if args.gpu_targets:
+        result["targets"] = bench_report.gpu_targets(result, cpu_result, str(args.cpu_json or ""))
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
-    table = bench_report.markdown_table(rows)
-    args.out.with_suffix(".md").write_text(table + "\n")
+    args.out.with_suffix(".md").write_text(bench_report.markdown(result))
     print()
     print(bench_report.text_table(rows))
+    if any("clients" in r for r in rows) and len(args.clients) > 1:
+        print()
+        print(bench_report.text_sweep(rows))
+    if "targets" in result:
+        print()
+        print(bench_report.text_targets(result["targets"]))
     if args.chart:
         m = info["machine"]
+        where = m.get("gpu") or f"{m['cpu']} ({m['cores']} cores)"
         bench_report.chart(rows, args.chart, f"{len(items)} sentences, {args.threads} thread(s), {args.device}: "
-                                             f"{m['cpu']} ({m['cores']} cores)")
+                                             f"{where}")
     print(f"\nresults: {args.out} (table: {args.out.with_suffix('.md')})"
           + (f", chart: {args.chart}" if args.chart else ""))
     return 0

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import sacrebleu
 
-from export.package import ModelPackage
+from engine.package import ModelPackage
 from export.verify import cpu_runtime, translate_onnx
 from training.data import parse_direction
 from training.tokenizer import Tokenizer

@@ -6,7 +6,7 @@
 Decodes the same batches as nmt-bench (test split, per direction, sorted by length) with
 the server's decoding loop, timing ``encoder.run`` and ``decoder.run`` (the sessions'
 own time, inputs and outputs included) apart from everything else (the Python of
-``server/decoding.py``: feeding the step, search bookkeeping, cache
+``engine/decoding.py``: feeding the step, search bookkeeping, cache
 reordering and compaction), then the same batches with CTranslate2 on the converted
 checkpoint. Also times one decoder step at 8, 32 and 64 cached slots, and with
 ``--ort-ops`` prints onnxruntime's own per-operator profile of one step.
@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from engine.defaults import default_max_len
 
 
 class Timers:
@@ -53,9 +55,9 @@ class TimedSession:
 
 def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, threads: int,
                  beam: int) -> dict[str, Any]:
-    import server.decoding as decoding
+    import engine.decoding as decoding
+    from engine.runtime import Runtime, RuntimeOptions
     from export.verify import decode
-    from server.runtime import Runtime, RuntimeOptions
 
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads, variant=variant))
     options = decoding.DecodeOptions(beam_size=beam)
@@ -85,7 +87,7 @@ def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, thr
 
 def step_feeds(dims: Any, rows: int, past: int, src: int) -> dict[str, np.ndarray]:
     """Decoder-step inputs of the given sizes (constant values: the cost does not depend on them)."""
-    from export import contract
+    from engine import contract
 
     n = dims.n_decoder_layers
     feeds = {contract.INPUT_IDS: np.full((rows, 1), 5, dtype=np.int64),
@@ -118,8 +120,8 @@ def ort_op_profile(package: Any, variant: str, threads: int, rows: int, past: in
 
     import onnxruntime as ort
 
-    from export import contract
-    from server.runtime import CPU_DISABLED_FUSIONS
+    from engine import contract
+    from engine.runtime import CPU_DISABLED_FUSIONS
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -155,7 +157,7 @@ def profile_ct2(ct2_dir: str, sp: Any, batches: list[list[list[int]]], compute_t
 
     def run(b: list[list[int]]) -> None:
         tokens = [[sp.id_to_piece(i) for i in s[:-1]] for s in b]
-        tr.translate_batch(tokens, beam_size=beam, max_decoding_length=max(int(1.5 * len(s)) + 10 for s in b),
+        tr.translate_batch(tokens, beam_size=beam, max_decoding_length=max(default_max_len(len(s), 10**6) for s in b),
                            max_batch_size=0)
 
     run(batches[0])
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.ct2_convert import convert
     from bench.nmt_bench import load_items, make_batches
-    from export.package import ModelPackage
+    from engine.package import ModelPackage
     from training import checkpoint as ckpt_io
     from training.config import RunConfig
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 
+from engine.defaults import LENGTH_PENALTY
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 
@@ -142,7 +143,7 @@ async def _load(address: str, requests: Sequence[Request], concurrency: int, bea
 
 
 def run_load(address: str, requests: Sequence[Request], concurrency: int, beam_size: int = 1,
-             alpha: float = 0.6) -> LoadResult:
+             alpha: float = LENGTH_PENALTY) -> LoadResult:
     """``concurrency`` closed-loop clients send ``requests`` (each waits for its answer before
     taking the next one); one untimed warm-up request first."""
     return asyncio.run(_load(address, requests, concurrency, beam_size, alpha))

@@ -18,9 +18,9 @@ from pathlib import Path
 import sentencepiece as spm
 
 from bench.server_load import Request, ServerProcess, run_load
-from export.package import ModelPackage
+from engine.package import ModelPackage
+from engine.runtime import Runtime, RuntimeOptions
 from export.verify import decode
-from server.runtime import Runtime, RuntimeOptions
 
 
 def load_sentences(package: ModelPackage, pair: str, n: int, source_file: Path | None) -> list[str]:

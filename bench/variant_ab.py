@@ -5,7 +5,7 @@
 
 Each ``NAME=PACKAGE:VARIANT`` is one onnxruntime CPU runtime (``--threads``, 1 by default)
 decoded greedily by the server's own loop (``export/verify.py``'s ``decode`` over
-``server/decoding.py``). Sentences: the first ``--sentences`` test verses of each direction
+``engine/decoding.py``). Sentences: the first ``--sentences`` test verses of each direction
 in ``--directions`` (the checkpoint's data, as ``nmt-verify`` reads them), or of ``--input``
 (``source<TAB>reference`` lines in the first of ``--directions``). Reported per variant:
 
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from export.package import ModelPackage
+from engine.package import ModelPackage
+from engine.runtime import Runtime
 from export.verify import cpu_runtime, decode, step_log_probs
-from server.runtime import Runtime
 
 BLEU_BATCH = 64
 

@@ -3,7 +3,8 @@
     nmt-export runs/small-ende packages/small-ende [--int8] [--fp16] [--force]
 
 A fixed pipeline: load -> validate (collect every error) -> export the encoder and the
-decoder-step graphs -> check them against PyTorch at sizes other than the traced ones ->
+decoder-step graphs, and the device-resident step and rows graphs (export/resident.py) ->
+check them against PyTorch at sizes other than the traced ones ->
 derive variants (int8, fp16) -> write tokenizer and manifest (with sha256 of every file).
 """
 
@@ -27,10 +28,11 @@ import torch
 from torch import Tensor, nn
 
 from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, exit_status_help, fail
-from export import contract
-from export.package import ModelPackage, write_manifest
+from engine import contract
+from engine.defaults import SPECIAL_IDS
+from engine.package import Dimensions, Manifest, ModelPackage, write_manifest
 from training import checkpoint as ckpt_io
-from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, RunConfig
+from training.config import EOS_ID, PAD_ID, RunConfig
 from training.data import parse_direction
 from training.model import Transformer
 from training.tokenizer import Tokenizer
@@ -52,7 +54,7 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderStepGraph(nn.Module):
-    """One decoder step over a key/value cache; see export/contract.py for the shapes.
+    """One decoder step over a key/value cache; see engine/contract.py for the shapes.
     ``caches`` are the per-layer cross_k, cross_v, past_k, past_v tensors, in that order.
 
     Two layout choices for the runtime, same values as ``Transformer.project`` + log-softmax:
@@ -243,7 +245,7 @@ def validate(path: Path, out_dir: Path, force: bool) -> tuple[list[str], dict[st
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = False, fp16: bool = False,
                       force: bool = False, log=print) -> ModelPackage:
     """Run the whole pipeline and return the validated package."""
-    from export import quantize
+    from export import quantize, resident
 
     out_dir = Path(out_dir)
     path = ckpt_io.resolve(checkpoint)
@@ -262,13 +264,20 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
         log(f"[1/4] exporting encoder and decoder-step graphs (opset {OPSET}) ...")
         enc_path, dec_path = export_graphs(model, work)
         worst = check_graphs(model, enc_path, dec_path)
+        step_path, rows_path = (work / contract.graph_file(g) for g in contract.RESIDENT_GRAPHS)
+        with _quiet(), torch.no_grad():
+            resident.export_resident_graphs(model.eval(), EOS_ID, step_path, rows_path, OPSET)
+        _inline_external_data(step_path)
+        _inline_external_data(rows_path)
+        worst = max(worst, resident.check_resident_graphs(model, step_path, rows_path))
         log(f"[2/4] onnxruntime vs PyTorch at untraced sizes: max |diff| {worst:.2e}")
         if worst > 1e-4:
             raise RuntimeError(f"exported graphs differ from PyTorch by {worst:.2e} (> 1e-4)")
         log(f"[3/4] variants: {', '.join(v for v, on in (('int8', int8), ('fp16', fp16)) if on) or 'none asked'}")
-        for graph_path in (enc_path, dec_path):
+        for graph_path in (enc_path, dec_path, step_path, rows_path):
             with _quiet():
-                if int8:
+                # int8 is for the CPU, whose decoding loop runs on the plain decoder graph.
+                if int8 and graph_path not in (step_path, rows_path):
                     quantize.to_int8(graph_path, work / graph_path.name.replace(".onnx", ".int8.onnx"))
                 if fp16:
                     quantize.to_fp16(graph_path, work / graph_path.name.replace(".onnx", ".fp16.onnx"))
@@ -277,25 +286,23 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
         targets = sorted({parse_direction(p)[1] for p in pairs})
         dev_bleu = next((h["dev_bleu"] for h in reversed(ckpt.get("history", [])) if "dev_bleu" in h), None)
         m = cfg.model
-        manifest = {
-            "format": contract.PACKAGE_FORMAT, "format_version": contract.PACKAGE_VERSION,
-            "model": {"d_model": m.d_model, "n_heads": m.n_heads, "d_head": m.d_model // m.n_heads,
-                      "n_encoder_layers": m.n_encoder_layers, "n_decoder_layers": m.n_decoder_layers,
-                      "vocab_size": m.vocab_size, "max_positions": m.max_positions},
-            "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
-            "language_tags": {lang: tokenizer.tag_id(lang) for lang in targets},
-            "pairs": pairs,
+        manifest = Manifest(
+            dims=Dimensions(d_model=m.d_model, n_heads=m.n_heads, d_head=m.d_model // m.n_heads,
+                            n_encoder_layers=m.n_encoder_layers, n_decoder_layers=m.n_decoder_layers,
+                            vocab_size=m.vocab_size, max_positions=m.max_positions),
+            special_ids=dict(SPECIAL_IDS),
+            language_tags={lang: tokenizer.tag_id(lang) for lang in targets},
+            pairs=tuple(pairs),
             # Source: tag + pieces + eos must fit the positions; target: bos + pieces + eos.
-            "max_source_tokens": m.max_positions, "max_target_tokens": m.max_positions - 1,
-            "graphs": {graph: {"inputs": list(inputs), "outputs": list(outputs)}
-                       for graph, (inputs, outputs) in contract.graph_names(m.n_decoder_layers).items()},
+            max_source_tokens=m.max_positions, max_target_tokens=m.max_positions - 1,
+            graphs=(*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS),  # all four were written above
             # The checkpoint's sha256 tells whether a package is up to date (scripts/run.sh).
-            "provenance": {"checkpoint": path.name, "checkpoint_sha256": ckpt_io.sha256_file(path),
-                           "step": ckpt.get("step"), "averaged": ckpt.get("averaged"),
-                           "dev_bleu": dev_bleu, "config": asdict(cfg), "opset": OPSET,
-                           "torch": torch.__version__, "max_abs_diff_vs_torch": worst,
-                           "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-        }
+            provenance={"checkpoint": path.name, "checkpoint_sha256": ckpt_io.sha256_file(path),
+                        "step": ckpt.get("step"), "averaged": ckpt.get("averaged"),
+                        "dev_bleu": dev_bleu, "config": asdict(cfg), "opset": OPSET,
+                        "torch": torch.__version__, "max_abs_diff_vs_torch": worst,
+                        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        )
         write_manifest(work, manifest)
         if out_dir.exists():
             shutil.rmtree(out_dir)

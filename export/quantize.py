@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export import contract
+from engine import contract
 
 WEIGHT_MAX = 63  # 7-bit weights: no int16 saturation in the AVX2 uint8 x int8 kernel (see above)
 SIGNED_ZERO_POINT = 128  # activations of either sign: uint8 128 + round(x / scale), in 1..255
@@ -158,8 +158,22 @@ def to_fp16(src: Path, dst: Path) -> Path:
 
     model = onnx.load(str(src))
     del model.graph.value_info[:]
-    # LogSoftmax and its output stay float32: the search adds log-probabilities up over many steps.
-    keep = [o.name for o in model.graph.output if o.name == contract.LOG_PROBS]
-    model = convert_float_to_float16(model, keep_io_types=keep, op_block_list=["LogSoftmax"])
+    # LogSoftmax and everything computed from it stay float32, and so do the running scores
+    # the step graph adds to it: the search adds log-probabilities up over many steps.
+    float32_io = (contract.LOG_PROBS, contract.TOP_VALUES, contract.SCORES)
+    keep = [v.name for v in (*model.graph.input, *model.graph.output) if v.name in float32_io]
+    model = convert_float_to_float16(model, keep_io_types=keep, op_block_list=["LogSoftmax"],
+                                     node_block_list=_downstream(model.graph, "LogSoftmax"))
     onnx.save_model(model, str(dst))
     return dst
+
+
+def _downstream(graph, op_type: str) -> list[str]:
+    """Names of the nodes computed, directly or not, from the outputs of ``op_type`` nodes."""
+    tainted = {o for n in graph.node if n.op_type == op_type for o in n.output}
+    names: list[str] = []
+    for node in graph.node:  # ONNX nodes are stored in topological order
+        if node.op_type != op_type and tainted.intersection(node.input):
+            tainted.update(node.output)
+            names.append(node.name)
+    return names

@@ -2,8 +2,8 @@
 
     nmt-verify packages/small-ende runs/small-ende --split test --limit 200 --beam 4
 
-The package is decoded by the server's own decoding loop (``server/decoding.py`` over
-``server/runtime.py``: greedy and beam search over the step graph in onnxruntime), so
+The package is decoded by the server's own decoding loop (``engine/decoding.py`` over
+``engine/runtime.py``: greedy and beam search over the step graph in onnxruntime), so
 what is verified is what is served. Reported: identical greedy tokens, max |log-probability
 difference| along PyTorch's greedy paths, identical beam n-best lists, and BLEU of every
 CPU graph variant beside PyTorch's.
@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, exit_status_help, fail
-from export.package import ModelPackage, PackageError
-from server.decoding import DecodeOptions, Hypothesis, Job, decode_all, default_max_len
-from server.runtime import Runtime, RuntimeOptions
+from engine.decoding import DecodeOptions, Hypothesis, Job, decode_all
+from engine.defaults import default_max_len
+from engine.package import ModelPackage, PackageError
+from engine.runtime import Runtime, RuntimeOptions
 
 
 def cpu_runtime(package: ModelPackage, variant: str = "fp32", threads: int = 1) -> Runtime:

@@ -80,7 +80,7 @@ def listener_is(port: int, pid: int) -> int:
 def package_current(package: str, checkpoint: str) -> int:
     """0 when ``package`` is a valid package exported from exactly this checkpoint (the sha256
     recorded in its model.json) with the int8 graphs run.sh serves; else 1, saying why."""
-    from export.package import ModelPackage, PackageError
+    from engine.package import ModelPackage, PackageError
     from training.checkpoint import resolve, sha256_file
 
     try:
@@ -100,6 +100,8 @@ def package_current(package: str, checkpoint: str) -> int:
         return _stale(package, f"it was exported from another checkpoint than {path}")
     if "int8" not in pkg.variants:
         return _stale(package, "it has no int8 graphs")
+    if "fp32" not in pkg.resident_variants:
+        return _stale(package, "it has no step and rows graphs for device-resident decoding (an older export)")
     return EXIT_OK
 
 

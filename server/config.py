@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, exit_status_help
+from engine.defaults import DEVICES, RESIDENT_MODES
 
 SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_sentences)
 
@@ -29,6 +30,8 @@ class ServerConfig:
                                      "for every interface (in a container)")
     port: int = setting(50051, "gRPC port; 0 picks a free one")
     device: str = setting("auto", "auto (CUDA when it works, else the CPU with one warning), cuda or cpu")
+    device_resident: str = setting("auto", "keep the caches on the device between decoder steps: auto (on CUDA, "
+                                           "when the package has the step and rows graphs), on or off")
     threads: int = setting(0, "onnxruntime intra-op threads on the CPU; 0 = its default")
     int8: bool = setting(False, "CPU: serve the int8 graphs when the package has them")
     spin_threads: bool = setting(False, "CPU: let onnxruntime's threads spin waiting for work. Off by default: "
@@ -86,6 +89,9 @@ class ServerConfig:
             out.append(f"{flag('grace_seconds')} is {self.grace_seconds}; it must be 0 or more")
         if self.device not in DEVICES:
             out.append(f"{flag('device')} is {self.device!r}; it must be {', '.join(DEVICES[:-1])} or {DEVICES[-1]}")
+        if self.device_resident not in RESIDENT_MODES:
+            out.append(f"{flag('device_resident')} is {self.device_resident!r}; it must be "
+                       f"{', '.join(RESIDENT_MODES[:-1])} or {RESIDENT_MODES[-1]}")
         if self.log_level.upper() not in LOG_LEVELS:
             out.append(f"{flag('log_level')} is {self.log_level!r}; it must be {', '.join(LOG_LEVELS[:-1])} or "
                        f"{LOG_LEVELS[-1]}")
@@ -144,7 +150,6 @@ class ServerConfig:
         return d
 
 
-DEVICES = ("auto", "cuda", "cpu")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 

@@ -27,13 +27,13 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from cli import EXIT_FAILED, EXIT_USAGE
-from export.package import ModelPackage, PackageError
+from engine.decoding import DecodeOptions, Job, decode_all
+from engine.package import ModelPackage, PackageError
+from engine.runtime import DeviceError, Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.config import ServerConfig, flag, parse_args
-from server.decoding import DecodeOptions, Job, decode_all
 from server.metrics import Metrics
-from server.runtime import Runtime, RuntimeOptions
 from server.scheduler import Scheduler, SchedulerLimits
 from server.service import LoadedModel, TranslatorService, tolerant
 
@@ -74,8 +74,11 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
             raise ValueError(f"two models are named {name!r}; name them with NAME=DIR")
         package = ModelPackage.load(directory)
         try:
-            runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=cfg.spin_threads))
+            runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=cfg.spin_threads,
+                                                      resident=cfg.device_resident))
             tokenizer = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
+        except DeviceError as e:  # the GPU was asked for and cannot be used: the reason is the message
+            raise StartupError(f"model {name} ({package.path}) does not load: {e}") from None
         except Exception as e:  # a graph or tokenizer that does not load, whatever the library raises
             raise StartupError(f"model {name} ({package.path}) does not load: {first_line(e)}") from None
         if tokenizer.get_piece_size() != package.dims.vocab_size:
@@ -85,8 +88,10 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
         scheduler = Scheduler(runtime, limits, metrics, name)
         models[name] = LoadedModel(name, package, tokenizer, scheduler)
         models[name].longest_piece_bytes  # noqa: B018  (computed once, before requests need it)
-        log.info("model %s: %s, pairs %s, %s on %s (%s)", name, package.path, ", ".join(package.pairs),
-                 runtime.variant, runtime.device, ", ".join(runtime.providers))
+        metrics.model_device.labels(name, runtime.device, runtime.variant, str(runtime.resident).lower()).set(1)
+        log.info("model %s: %s, pairs %s, %s on %s (%s; caches %s)", name, package.path, ", ".join(package.pairs),
+                 runtime.variant, runtime.device, ", ".join(runtime.providers),
+                 f"resident on {runtime.device}" if runtime.resident else "in host memory")
     return models
 
 

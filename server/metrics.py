@@ -30,6 +30,11 @@ class Metrics:
         self.length_limited = Counter("nmt_length_limited", "Sentences whose best hypothesis stopped at the "
                                       "output-length limit", ["model"], registry=r)
 
+        # 1 per loaded model, labelled with where it really runs (engine/runtime.py checks the
+        # providers the sessions got): a server meant for the GPU that fell back shows cpu here.
+        self.model_device = Gauge("nmt_model_device", "Device, graph variant and cache residency of each model",
+                                  ["model", "device", "variant", "resident"], registry=r)
+
     def serve(self, port: int, host: str) -> int:
         """Start the HTTP exporter; returns the bound port (port 0 picks a free one). Raises
         OSError (errno EADDRINUSE: the port is taken) when it cannot listen."""

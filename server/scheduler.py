@@ -25,9 +25,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from server.decoding import Batch, Encoded, Job, encode_jobs
+from engine.decoding import Encoded, Job, encode_jobs, new_batch
+from engine.runtime import Runtime
 from server.metrics import Metrics
-from server.runtime import Runtime
 
 log = logging.getLogger("nmt.server")
 
@@ -85,7 +85,7 @@ class Scheduler:
         self._encoding = 0  # rows being encoded right now
         self._cond = threading.Condition()
         self._running: dict[int, Ticket] = {}
-        self._batch = Batch(runtime)
+        self._batch = new_batch(runtime)
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"decode-{name}", daemon=True)
         self._encoder = threading.Thread(target=self._encode_loop, name=f"encode-{name}", daemon=True)
@@ -224,9 +224,8 @@ class Scheduler:
                 except Exception as e:
                     log.warning("encoder failed on one text (%s); failing it alone", str(e).splitlines()[0])
                     self._resolve(t, JobFailed("the model could not encode this text"))
-        # One entry per job (a view of its group's rows), so that jobs join one by one.
-        return [(by_id[j.id], Encoded([j], [c[i:i + 1] for c in g.cross_k], [c[i:i + 1] for c in g.cross_v],
-                                      g.src_mask[i:i + 1])) for g in groups for i, j in enumerate(g.jobs)]
+        # One entry per job (its row of its group's buffers), so that jobs join one by one.
+        return [(by_id[j.id], g.take(i)) for g in groups for i, j in enumerate(g.jobs)]
 
     # ------------------------------------------------------------ the decoding thread
     def _loop(self) -> None:
@@ -246,7 +245,7 @@ class Scheduler:
                 for t in list(self._running.values()):
                     self._resolve(t, JobFailed("internal error while decoding"))
                 self._running.clear()
-                self._batch = Batch(self.rt)
+                self._batch = new_batch(self.rt)
         self._encoder.join()
         with self._cond:
             left = [*self._queue, *(t for t, _ in self._ready), *self._running.values()]

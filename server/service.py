@@ -22,17 +22,17 @@ import grpc
 import numpy as np
 import sentencepiece as spm
 
-from export.package import ModelPackage
+from engine.decoding import DecodeOptions, Hypothesis, Job, StopReason
+from engine.defaults import LENGTH_PENALTY, default_max_len
+from engine.package import ModelPackage
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import segment
 from server.config import ServerConfig
-from server.decoding import DecodeOptions, Hypothesis, Job, StopReason, default_max_len
 from server.metrics import Metrics
 from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, QueueFull, Scheduler, Ticket
 
 log = logging.getLogger("nmt.server")
-DEFAULT_LENGTH_PENALTY = 0.6
 DEADLINE_SLACK = 0.1  # seconds: a cancellation this close to the deadline is the deadline
 LOG_EVERY = 10.0  # seconds between two log lines about malformed requests
 
@@ -206,7 +206,8 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 max_texts_per_request=self.cfg.max_texts, max_chars_per_text=self.cfg.max_chars,
                 max_tokens_per_text=min(self.cfg.max_tokens, m.max_source_tokens), max_beam_size=self.cfg.max_beam,
                 max_output_tokens=min(self.cfg.max_output_tokens, m.max_target_tokens),
-                max_sentences_per_request=sentences, max_tokens_per_request=tokens))
+                max_sentences_per_request=sentences, max_tokens_per_request=tokens,
+                device_resident=m.scheduler.rt.resident))
         self._observe("ListModels", grpc.StatusCode.OK, start)
         return out
 
@@ -346,7 +347,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         if n_best > beam:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"options.num_hypotheses: {n_best} is more than beam_size {beam}")
-        alpha = o.length_penalty or DEFAULT_LENGTH_PENALTY
+        alpha = o.length_penalty or LENGTH_PENALTY
         if not math.isfinite(alpha) or not 0.0 <= alpha <= 10.0:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"options.length_penalty: {alpha}; it must be between 0 and 10")

@@ -798,6 +798,27 @@ def test_loadtest_plot_title_counts_the_requests_not_the_corpus():
     assert plot_title(args, results) == "nmt-loadtest en->de: 52 requests of 4 texts in 2 level(s)"
 
 
+def test_clients_need_neither_training_nor_torch():
+    """The clients depend on the gRPC contract and light libraries: the load tester reads the
+    bundled test split through corpus/bible.py, not training/ (which pulls torch)."""
+    code = ("import sys\n"
+            "import clients.attention, clients.client, clients.loadtest, clients.translate_file\n"
+            "from clients.loadtest import bundled_sentences\n"
+            "print(len(bundled_sentences('en-de')))\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('training', 'torch', 'export', 'server')))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["879", "[]"]  # John, one verse a line; no heavy package imported
+
+
+def test_loadtest_names_a_pair_the_bundled_split_lacks():
+    from cli import UsageError
+    from clients.loadtest import bundled_sentences
+
+    with pytest.raises(UsageError, match=r"the bundled test split has no en-it .*pass --input FILE"):
+        bundled_sentences("en-it")
+
+
 def test_loadtest_stops_within_max_total(server, tmp_path):
     src = tmp_path / "s.txt"
     src.write_text("Jesus wept.\n")

@@ -6,18 +6,19 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from export import contract
+from engine import contract
+from engine.decoding import DecodeOptions
+from engine.package import Manifest, ModelPackage, PackageError, write_manifest
+from engine.runtime import Runtime
 from export.onnx_export import export_checkpoint
-from export.package import ModelPackage, PackageError
 from export.verify import cpu_runtime, decode, parity, step_log_probs, unpad
-from server.decoding import DecodeOptions
-from server.runtime import Runtime
 from training import checkpoint as ckpt_io
 from training.data import pad
 
@@ -56,7 +57,9 @@ def test_graph_inputs_and_outputs_follow_the_contract(tiny_package):
     assert tuple(o.name for o in m.decoder.get_outputs()) == (
         "log_probs", "new_k_0", "new_k_1", "new_v_0", "new_v_1", "cross_attention")
     assert contract.graph_names(2) == {"encoder": (contract.ENCODER_INPUTS, contract.encoder_outputs(2)),
-                                       "decoder": (contract.decoder_inputs(2), contract.decoder_outputs(2))}
+                                       "decoder": (contract.decoder_inputs(2), contract.decoder_outputs(2)),
+                                       "step": (contract.step_inputs(2), contract.step_outputs(2)),
+                                       "rows": (contract.rows_inputs(2), contract.rows_outputs(2))}
 
 
 def _empty(m: Runtime, rows: int):
@@ -174,8 +177,64 @@ def test_manifest_describes_the_package(tiny_package, tiny_checkpoint):
     assert manifest["provenance"]["step"] == 600
     assert manifest["provenance"]["checkpoint_sha256"] == ckpt_io.sha256_file(tiny_checkpoint)  # see scripts/run.sh
     assert set(manifest["files"]) == {"encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx",
-                                      "encoder.fp16.onnx", "decoder.fp16.onnx", "tokenizer.model"}
+                                      "encoder.fp16.onnx", "decoder.fp16.onnx", "step.onnx", "step.fp16.onnx",
+                                      "rows.onnx", "rows.fp16.onnx", "tokenizer.model"}  # no int8 resident graphs
+    assert list(manifest["graphs"]) == ["encoder", "decoder", "step", "rows"]
     assert manifest["graphs"]["decoder"]["inputs"] == list(contract.decoder_inputs(2))
+
+
+def test_one_typed_manifest_is_what_the_exporter_writes_and_the_loader_reads(tiny_package, tmp_path):
+    on_disk = json.loads((tiny_package / contract.MANIFEST).read_text())
+    package = ModelPackage.load(tiny_package)
+    assert isinstance(package, Manifest) and package.graphs == ("encoder", "decoder", "step", "rows")
+    assert Manifest.from_json(on_disk) == package.manifest
+    content = package.manifest.to_json()
+    assert content == {k: v for k, v in on_disk.items() if k != "files"}
+    assert list(content) == [k for k in on_disk if k != "files"]  # the same layout, key for key
+    again = tmp_path / "again"
+    shutil.copytree(tiny_package, again)
+    write_manifest(again, package.manifest)
+    assert (again / contract.MANIFEST).read_text() == (tiny_package / contract.MANIFEST).read_text()
+
+
+def test_a_package_without_the_optional_graphs_loads_and_one_that_hides_them_does_not(tiny_package, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(tiny_package, old)
+    manifest = replace(ModelPackage.load(old).manifest, graphs=contract.REQUIRED_GRAPHS)
+    before = (old / contract.MANIFEST).read_text()
+    with pytest.raises(PackageError) as err:  # the step and rows files are still there
+        write_manifest(old, manifest)
+    assert err.value.problems == ["files lists step.onnx, step.fp16.onnx but graphs has no 'step' entry",
+                                  "files lists rows.onnx, rows.fp16.onnx but graphs has no 'rows' entry"]
+    assert (old / contract.MANIFEST).read_text() == before  # nothing written
+    for graph in contract.RESIDENT_GRAPHS:
+        for variant in contract.VARIANTS:
+            (old / contract.graph_file(graph, variant)).unlink(missing_ok=True)
+    write_manifest(old, manifest)
+    assert "step" not in json.loads((old / contract.MANIFEST).read_text())["graphs"]
+    package = ModelPackage.load(old)
+    assert package.graphs == contract.REQUIRED_GRAPHS and package.resident_variants == ()
+    assert package.variants == ("fp32", "int8", "fp16")
+
+
+def test_unknown_manifest_keys_fail_loudly(tiny_package, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_package, bad)
+    manifest = json.loads((bad / contract.MANIFEST).read_text())
+    manifest["max_source_token"] = 100  # a typo
+    manifest["notes"] = "hand-edited"
+    (bad / contract.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(PackageError) as err:
+        ModelPackage.load(bad)
+    assert err.value.problems == [
+        "model.json has unknown keys 'max_source_token', 'notes'; it may hold only files, format, format_version, "
+        "graphs, language_tags, max_source_tokens, max_target_tokens, model, pairs, provenance, special_ids"]
+    del manifest["max_source_token"], manifest["notes"]
+    manifest["graphs"]["beam"] = manifest["graphs"]["step"]
+    (bad / contract.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(PackageError) as err:
+        ModelPackage.load(bad)
+    assert err.value.problems == ["graphs has unknown entries 'beam'; it may hold only encoder, decoder, step, rows"]
 
 
 def test_package_validation_names_every_problem(tiny_package, tmp_path):
@@ -263,7 +322,7 @@ def test_a_checkpoint_is_not_a_package_and_the_error_says_what_to_do(tiny_checkp
 
 
 def test_package_reader_needs_neither_torch_nor_onnx(tiny_package):
-    code = ("import sys; from export.package import ModelPackage; "
+    code = ("import sys; from engine.package import ModelPackage; "
             f"p = ModelPackage.load({str(tiny_package)!r}); "
             "assert 'torch' not in sys.modules and 'onnx' not in sys.modules, sorted(sys.modules); print(p.pairs)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)

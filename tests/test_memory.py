@@ -1,11 +1,11 @@
-"""server/memory.py: freed blocks are reused without new page faults (glibc only)."""
+"""engine/memory.py: freed blocks are reused without new page faults (glibc only)."""
 
 import subprocess
 import sys
 
 import pytest
 
-from server.memory import keep_freed_memory
+from engine.memory import keep_freed_memory
 
 # What a batch's cache does: 8 buffers reallocated at 16, 32, 48 and 72 slots (64 KiB per
 # slot each), freed when the batch ends; five batches. Prints the minor page faults.
@@ -13,7 +13,7 @@ PROGRAM = """
 import resource, sys
 import numpy as np
 if sys.argv[1] == "keep":
-    from server.memory import keep_freed_memory
+    from engine.memory import keep_freed_memory
     assert keep_freed_memory()
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(5):

@@ -10,10 +10,11 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from export.package import ModelPackage
+from engine.decoding import DecodeOptions, Job, decode_all
+from engine.defaults import default_max_len
+from engine.package import ModelPackage
+from engine.runtime import CPU_DISABLED_FUSIONS, Runtime, RuntimeOptions
 from export.quantize import SIGNED_MAX, TINY_SCALE, UNSIGNED_MAX, quantize_weight, to_int8
-from server.decoding import DecodeOptions, Job, decode_all, default_max_len
-from server.runtime import CPU_DISABLED_FUSIONS, Runtime, RuntimeOptions
 from training import checkpoint as ckpt_io
 from training.data import clean, load_bible, split_of
 

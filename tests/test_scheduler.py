@@ -9,16 +9,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from export.package import ModelPackage
-from server.decoding import DecodeOptions, Job
+from engine.decoding import DecodeOptions, Job
+from engine.defaults import BOS_ID, EOS_ID, PAD_ID
+from engine.package import ModelPackage
+from engine.runtime import Runtime, RuntimeOptions
 from server.metrics import Metrics
-from server.runtime import Runtime, RuntimeOptions
 from server.scheduler import DeadlineExpired, JobCancelled, Scheduler, SchedulerLimits
 
 
-@pytest.fixture(scope="module")
-def runtime(tiny_package):
-    return Runtime(ModelPackage.load(tiny_package), RuntimeOptions(device="cpu", threads=1))
+@pytest.fixture(scope="module", params=["off", "on"], ids=["host-caches", "resident-caches"])
+def runtime(tiny_package, request):
+    """Every scheduler test runs over both batches: caches in host memory, and device-resident
+    (engine/decoding.py ResidentBatch, here with CPU onnxruntime values)."""
+    return Runtime(ModelPackage.load(tiny_package), RuntimeOptions(device="cpu", threads=1, resident=request.param))
 
 
 @contextlib.contextmanager
@@ -34,7 +37,7 @@ def running_scheduler(runtime: Runtime, metrics: Metrics | None = None, **limits
 def job(length: int = 0, beam: int = 1) -> Job:
     """A job on a short source; ``length`` > 0 forces exactly that many output tokens."""
     options = DecodeOptions(beam_size=beam, n_best=1, min_len=length)
-    return Job([4, 10, 11, 12, 3], options, max_len=length or 20, bos=2, eos=3, pad=0)
+    return Job([4, 10, 11, 12, 3], options, max_len=length or 20, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)
 
 
 def wait_until(cond, timeout: float = 10.0) -> None:

@@ -13,10 +13,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from export.package import ModelPackage
+from engine.decoding import DecodeOptions, Job, decode_all
+from engine.defaults import BOS_ID, EOS_ID, PAD_ID, default_max_len
+from engine.package import ModelPackage
+from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
-from server.decoding import DecodeOptions, Job, decode_all, default_max_len
-from server.runtime import Runtime, RuntimeOptions
 from server.segment import join, split_sentences, whole
 from tests.server_harness import TEXTS, ServerThread, request
 
@@ -46,7 +47,7 @@ def alone(tiny_package):
     def sentence(text: str, tgt: str) -> str:
         src = [package.language_tags[tgt], *sp.encode(text), 3]
         [[hyp]] = decode_all(rt, [Job(src, DecodeOptions(), max_len=default_max_len(len(src), 255),
-                                      bos=2, eos=3, pad=0)])
+                                      bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)])
         return sp.decode(hyp.tokens)
 
     def translate(text: str, tgt: str = "de", split: bool = True) -> str:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import grpc
+import onnxruntime as ort
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -112,18 +113,31 @@ def test_bad_model_package_is_a_clear_start_up_error(tiny_package, tmp_path):
     assert proc.wait(timeout=60) == 2 and "the directory does not exist" in proc.stderr.read()
 
 
-def test_device_cuda_without_a_gpu_serves_on_cpu_with_one_warning(tiny_package):
-    proc, port = start(tiny_package, "--device", "cuda")
+@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has CUDA")
+def test_device_auto_without_a_gpu_serves_on_cpu_with_one_warning_naming_why(tiny_package):
+    proc, port = start(tiny_package, "--device", "auto")
     try:
         wait_serving(port, proc)
         [m] = pb_grpc.TranslatorStub(grpc.insecure_channel(f"127.0.0.1:{port}")).ListModels(
             pb.ListModelsRequest()).models
-        assert m.device == "cpu"
+        assert (m.device, m.device_resident) == ("cpu", False)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     warnings = [line for line in proc.stderr.read().splitlines() if " WARNING " in line]
-    assert len(warnings) == 1 and "serving on the CPU" in warnings[0]
+    assert len(warnings) == 1
+    assert warnings[0].endswith("CUDA not used, serving on the CPU: this onnxruntime build has no CUDA provider (it "
+                                f"has {', '.join(ort.get_available_providers())}; install onnxruntime-gpu instead "
+                                "of onnxruntime)")
+
+
+@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has CUDA")
+def test_device_cuda_without_a_gpu_refuses_to_start(tiny_package):
+    """The user asked for the GPU: serving on the CPU instead would be a silent 20x slowdown."""
+    line = _start_up_error("--model", str(tiny_package), "--port", "0", "--metrics-port", "-1", "--device", "cuda")
+    assert line == (f"cannot start: model tiny ({tiny_package}) does not load: --device cuda: this onnxruntime "
+                    f"build has no CUDA provider (it has {', '.join(ort.get_available_providers())}; install "
+                    "onnxruntime-gpu instead of onnxruntime)")
 
 
 def test_configuration_from_environment_variables(tiny_package):

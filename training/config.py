@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
-# Special ids, fixed for every tokenizer this project trains (see training/tokenizer.py).
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+from corpus.bible import DEFAULT_VERSIONS
+from engine.defaults import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported: defined once there)
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,9 @@ class DataConfig:
     directions: tuple[str, ...] = ("en-de", "de-en")
     # Bible translation codes per language; the first is the primary version. Extra versions
     # of a language are used as extra *source* sides in training only (never as targets, never
-    # in dev/test): several phrasings in, one consistent register out.
-    versions: dict[str, tuple[str, ...]] = field(
-        default_factory=lambda: {"en": ("4", "k", "3"), "de": ("e",), "fr": ("l", "5"), "es": ("v",)}
-    )
+    # in dev/test): several phrasings in, one consistent register out. Defined in corpus/bible.py,
+    # whose readers the load tester shares.
+    versions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_VERSIONS))
     # User corpora: one entry per direction, "src_file:tgt_file" or a TSV path (src<TAB>tgt).
     train_files: dict[str, str] = field(default_factory=dict)
     dev_files: dict[str, str] = field(default_factory=dict)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from training.config import BOS_ID, EOS_ID, PAD_ID
+from engine.defaults import BOS_ID, EOS_ID, LENGTH_PENALTY, PAD_ID, default_max_len, length_penalty
 from training.data import pad
 from training.model import Transformer
 
@@ -25,8 +25,9 @@ class Hypothesis:
     score: float  # sum of log-probabilities, divided by the length penalty for beam search
 
 
-def max_output_length(src_len: int, model: Transformer, a: float = 1.5, b: int = 10) -> int:
-    return min(model.cfg.max_positions - 1, int(a * src_len) + b)
+def max_output_length(src_len: int, model: Transformer) -> int:
+    """The engine's rule (engine/defaults.py), capped by the positions a target may use."""
+    return default_max_len(src_len, model.cfg.max_positions - 1)
 
 
 def row_limits(src: Tensor, model: Transformer, max_len: int | Sequence[int] | None) -> list[int]:
@@ -40,11 +41,6 @@ def row_limits(src: Tensor, model: Transformer, max_len: int | Sequence[int] | N
     if max_len:
         return [max_len] * src.size(0)
     return [max_output_length(int(n), model) for n in src.ne(PAD_ID).sum(dim=1)]
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's ((5 + |Y|) / 6) ^ alpha."""
-    return ((5.0 + length) / 6.0) ** alpha
 
 
 class _Decoder:
@@ -121,7 +117,7 @@ def greedy_search(model: Transformer, src: Tensor, max_len: int | Sequence[int] 
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int = 1, alpha: float = 0.6,
+def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int = 1, alpha: float = LENGTH_PENALTY,
                 max_len: int | Sequence[int] | None = None, min_len: int = 0,
                 use_cache: bool = True) -> list[list[Hypothesis]]:
     """Batched beam search; returns the ``n_best`` hypotheses of each source, best first.
@@ -203,7 +199,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int
 
 @torch.no_grad()
 def translate(model: Transformer, tokenizer, texts: Sequence[str], target_lang: str, beam_size: int = 1,
-              batch_size: int = 64, alpha: float = 0.6, device: torch.device | str = "cpu") -> list[str]:
+              batch_size: int = 64, alpha: float = LENGTH_PENALTY, device: torch.device | str = "cpu") -> list[str]:
     """Translate texts (batched by length, returned in input order)."""
     model.eval()
     encoded = [tokenizer.encode_source(t, target_lang) for t in texts]

@@ -113,7 +113,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "pairs", "device", "variant", "max_texts_per_request", "max_chars_per_text", "max_tokens_per_text", "max_beam_size", "max_output_tokens", "max_sentences_per_request", "max_tokens_per_request")
+    __slots__ = ("name", "pairs", "device", "variant", "max_texts_per_request", "max_chars_per_text", "max_tokens_per_text", "max_beam_size", "max_output_tokens", "max_sentences_per_request", "max_tokens_per_request", "device_resident")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PAIRS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,7 @@ class ModelInfo(_message.Message):
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_SENTENCES_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_RESIDENT_FIELD_NUMBER: _ClassVar[int]
     name: str
     pairs: _containers.RepeatedScalarFieldContainer[str]
     device: str
@@ -136,7 +137,8 @@ class ModelInfo(_message.Message):
     max_output_tokens: int
     max_sentences_per_request: int
     max_tokens_per_request: int
-    def __init__(self, name: _Optional[str] = ..., pairs: _Optional[_Iterable[str]] = ..., device: _Optional[str] = ..., variant: _Optional[str] = ..., max_texts_per_request: _Optional[int] = ..., max_chars_per_text: _Optional[int] = ..., max_tokens_per_text: _Optional[int] = ..., max_beam_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., max_sentences_per_request: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ...) -> None: ...
+    device_resident: bool
+    def __init__(self, name: _Optional[str] = ..., pairs: _Optional[_Iterable[str]] = ..., device: _Optional[str] = ..., variant: _Optional[str] = ..., max_texts_per_request: _Optional[int] = ..., max_chars_per_text: _Optional[int] = ..., max_tokens_per_text: _Optional[int] = ..., max_beam_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., max_sentences_per_request: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ..., device_resident: _Optional[bool] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)

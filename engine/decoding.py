@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
-from server.runtime import Runtime
+from engine import contract
+from engine.defaults import LENGTH_PENALTY, length_penalty
+from engine.runtime import Runtime
 
 NEG_INF = -np.inf
 
@@ -34,7 +36,7 @@ NEG_INF = -np.inf
 class DecodeOptions:
     beam_size: int = 1
     n_best: int = 1
-    alpha: float = 0.6  # GNMT length penalty ((5 + |Y|) / 6) ^ alpha, beam search only
+    alpha: float = LENGTH_PENALTY  # GNMT length penalty ((5 + |Y|) / 6) ^ alpha, beam search only
     max_len: int = 0  # 0: default_max_len
     min_len: int = 0
     attention: bool = False
@@ -53,27 +55,6 @@ class Hypothesis:
     score: float
     attention: np.ndarray | None = None  # (len(tokens), source length) when asked for
     stop_reason: StopReason = StopReason.END_OF_SENTENCE
-
-
-# The default output-length bound, OUTPUT_SLOPE x source tokens (tag and eos included) +
-# OUTPUT_MARGIN. It must leave room for the longest natural translations: over the training
-# split of the bundled corpus (all six directions en<->de/fr/es, 384,076 pairs, the shipped
-# tokenizer; `python -m bench.length_ratio`), target/source pieces is 1.04 at the median, 1.71
-# at the 99th and 2.61 at the 99.9th percentile (per direction 2.05 de-en to 2.82 en-es).
-# 3 x + 10 is above every direction's 99.9th percentile and cuts 0.024 % of those pairs
-# (corrupt ones, a "..." source against a whole verse); the 1.5 x + 10 it replaces cut 0.21 %.
-OUTPUT_SLOPE = 3.0
-OUTPUT_MARGIN = 10
-
-
-def default_max_len(src_len: int, cap: int) -> int:
-    """The output-length bound of one source of ``src_len`` tokens, at most ``cap``: per
-    sentence, so the batch never changes it."""
-    return min(cap, int(OUTPUT_SLOPE * src_len) + OUTPUT_MARGIN)
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    return ((5.0 + length) / 6.0) ** alpha
 
 
 # best_candidates: one candidate in this many is sampled to bound the selection from below.
@@ -136,7 +117,22 @@ class Job:
     def advance(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
         """Beam search's step: consume this step's log-probabilities (k, V) and return each
         new beam's parent (the index of the beam it extends; dead beams: 0)."""
-        parents = self._beam(logp, attention)
+        vocab = logp.shape[1]
+        cand = (self.scores[:, None] + logp).reshape(-1)
+        top = best_candidates(cand, 2 * self.k)
+        parents = self._beam(top // vocab, top % vocab, cand[top], attention)
+        self._next_step()
+        return parents
+
+    def advance_top(self, values: np.ndarray, ids: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
+        """``advance`` from each beam's best candidates instead of all log-probabilities:
+        ``values`` (k, K) running score + log-probability, best first, and their token ``ids``,
+        K >= 2k (or the vocabulary). The 2k best of the k x K are the 2k best of all k x V;
+        ties go to the lower (beam, token), as ``best_candidates`` breaks them."""
+        rows = np.repeat(np.arange(self.k), values.shape[1])
+        v, t = values.reshape(-1), ids.reshape(-1)
+        top = np.lexsort((t, rows, -v))[: 2 * self.k]
+        parents = self._beam(rows[top], t[top], v[top], attention)
         self._next_step()
         return parents
 
@@ -159,17 +155,16 @@ class Job:
         if not self.done and self.step >= self.max_len:
             self._finish_live()
 
-    def _beam(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
-        k, vocab = logp.shape
+    def _beam(self, cand_rows: np.ndarray, cand_tokens: np.ndarray, cand_scores: np.ndarray,
+              attention: np.ndarray | None) -> np.ndarray:
+        """Take the 2k best candidates, best first (the beam each extends, its token, its
+        score): finished ones are kept, the k best live ones become the new beams."""
+        k = self.k
         alpha = self.options.alpha
-        cand = (self.scores[:, None] + logp).reshape(-1)
-        top = best_candidates(cand, 2 * k)
         rows, tokens, scores = [], [], []
-        for flat in top:
-            score = float(cand[flat])
+        for row, token, score in zip(cand_rows.tolist(), cand_tokens.tolist(), cand_scores.tolist()):
             if len(rows) == k or score == NEG_INF:
                 break
-            row, token = divmod(int(flat), vocab)
             if token == self.eos:
                 if len(self.finished) < k:
                     hyp = self.beams[row]
@@ -258,7 +253,7 @@ class Batch:
 
     Per decoder layer the batch owns key and value buffers over cache slots and the sources'
     cross-attention keys and values over source positions (keys transposed, (rows, H, Dh,
-    positions), values (rows, H, positions, Dh); export/contract.py), with masks over slots
+    positions), values (rows, H, positions, Dh); engine/contract.py), with masks over slots
     and source positions. Rows ``0 .. n-1`` are in use, densely: a leaving job's rows are
     refilled with the last rows (copying a few rows, never the batch), so each step hands
     onnxruntime contiguous views of exactly the live rows and nothing is copied per step.
@@ -314,7 +309,7 @@ class Batch:
     # The cache and the cross-attention buffers are resized apart: a cache that needs more
     # slots leaves the sources' keys and values where they are (copying them too made a
     # batch's first growth, 32 rows x 16 -> 32 slots, 5-9 ms instead of about 3; about 0.7
-    # once freed memory is reused, server/memory.py).
+    # once freed memory is reused, engine/memory.py).
     def _resize_cache(self, rows: int, slots: int, keep: np.ndarray | None = None) -> None:
         """New cache buffers of ``rows`` x ``slots``, the live rows copied over (their slots
         ``keep`` only, moved to the front, when given)."""
@@ -348,16 +343,17 @@ class Batch:
             self._resize_cache(capacity, slots)
         if grow or widest > width:
             self._resize_cross(capacity, max(width, widest))
-        for jobs, cross_k, cross_v, src_mask in groups:
+        for jobs, cross_k, cross_v, src_mask, enc_rows in groups:
             s, n = src_mask.shape[1], self.n
             ks = [j.k for j in jobs]
             rows = slice(n, n + sum(ks))  # the newcomers' rows, beams of one job next to each other
-            source = np.repeat(np.arange(len(jobs)), ks) if max(ks) > 1 else slice(None)
+            per_job = np.repeat(np.arange(len(jobs)), ks)
+            source = enc_rows[per_job]  # each new row's row of the encoder output
             for buf, enc in zip(self._cross_columns(), by_position(cross_k, cross_v)):  # (rows, H, S, Dh)
                 buf[rows, :, :s] = enc[source]
                 buf[rows, :, s:] = 0
             self.src_mask[rows] = False
-            self.src_mask[rows, :s] = src_mask[source]
+            self.src_mask[rows, :s] = src_mask[per_job]
             self.past_mask[rows] = False  # the new rows see none of the cache before them
             for job, first in zip(jobs, np.cumsum([n, *ks[:-1]])):
                 self.slots[job.id] = np.arange(first, first + job.k)
@@ -437,22 +433,9 @@ class Batch:
         if any(j.k == 1 for j in self.jobs):  # one argmax for every greedy row
             best = logp.argmax(axis=1)
             best_logp = logp[np.arange(n), best]
-        finished = []
-        copy_to: list[int] = []  # beam rows that take another row's cache
-        copy_from: list[int] = []
-        for job in self.jobs:
-            rows = self.slots[job.id]
-            attn = attention[rows, : len(job.src)].astype(np.float32) if job.options.attention else None
-            if job.k == 1:
-                row = rows[0]
-                job.advance_greedy(int(best[row]), best_logp[row], attn)
-            else:
-                parents = job.advance(logp[rows], attn)
-                self.slots[job.id], to, of = beam_rows(rows, parents, job.scores > NEG_INF)
-                copy_to += to
-                copy_from += of
-            if job.done:
-                finished.append(job)
+        finished, copy_to, copy_from = advance_jobs(
+            self.jobs, self.slots, attention, lambda row: (int(best[row]), best_logp[row]),
+            lambda job, rows, attn: job.advance(logp[rows], attn))
         if copy_to:
             # Beams re-ranked: a parent's second child takes a copy of its self-attention
             # cache (one copy per buffer for all jobs; sources are rows kept as they are, so
@@ -475,13 +458,241 @@ class Batch:
         return True
 
 
+class ResidentBatch:
+    """The running batch with its caches on the sessions' device (CUDA; the CPU in tests).
+
+    The same jobs, rows and search as ``Batch``, over the step and rows graphs of
+    engine/contract.py: the cache and the sources' keys and values are onnxruntime values
+    that stay on the device between steps. In go each row's token, position, running score,
+    masks and a row reorder; out come the K best candidates per row (K = 1 for greedy, 2 x
+    beam), and the cross-attention only when a job asked for it. A step appends one cache
+    slot for every row (the reordered cache plus the new keys and values, in the graph);
+    beams are re-ranked on the host from the candidates, and a parent's second child takes
+    its cache through the next step's reorder. When jobs join or leave, the rows graph
+    rebuilds the buffers once: kept rows in order, newcomers' encoder rows per beam, cache
+    slots no live row uses dropped, the source width fitted to the longest live source.
+
+    On a GPU the per-step copy of the cache (a graph cannot write into its input) costs
+    what reading it does anyway; on the CPU ``Batch`` is faster (it writes one slot in place
+    and onnxruntime reads numpy arrays without copying), so the CPU uses ``Batch``.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.jobs: list[Job] = []
+        self.slots: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
+        self.n = 0
+        self._empty()
+
+    def _empty(self) -> None:
+        rt = self.rt
+        self.cross_k, self.cross_v = rt.empty_values(contract.CROSS_K), rt.empty_values(contract.CROSS_V)
+        self.cache_k, self.cache_v = rt.empty_values(contract.CACHE_K), rt.empty_values(contract.CACHE_V)
+        self.past_mask = np.zeros((0, 0), dtype=bool)
+        self.src_mask = np.zeros((0, 0), dtype=bool)
+        self.reorder = np.zeros(0, dtype=np.int64)  # row i continues row reorder[i]'s cache at the next step
+
+    @property
+    def capacity(self) -> tuple[int, int, int]:
+        """(rows, cache slots, source width) the device buffers hold."""
+        return self.n, self.past_mask.shape[1], self.src_mask.shape[1]
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def _rebuild(self, kept: np.ndarray, new: Encoded | None) -> None:
+        """New device buffers: the old rows ``kept`` (in that order), then ``new``'s jobs, one
+        row per beam; slots no kept row uses and source columns past the longest are dropped."""
+        old_rows = self.n
+        slots = self.past_mask[kept].any(axis=0).nonzero()[0] if len(kept) else np.zeros(0, dtype=np.int64)
+        used = self.src_mask[kept].any(axis=0).nonzero()[0]
+        width = int(used[-1]) + 1 if used.size else 0
+        old_width = self.src_mask.shape[1]
+        if new is None:
+            enc_k, enc_v = self.rt.empty_values(contract.ENC_K), self.rt.empty_values(contract.ENC_V)
+            expand, new_width, new_mask = np.zeros(0, dtype=np.int64), 0, np.zeros((0, 0), dtype=bool)
+        else:
+            enc_k, enc_v = new.cross_k, new.cross_v
+            per_job = np.repeat(np.arange(len(new.jobs)), [j.k for j in new.jobs])
+            expand = new.rows[per_job]  # each new row's row of the encoder output
+            new_width, new_mask = new.src_mask.shape[1], new.src_mask[per_job]
+        width = max(width, new_width)
+        cols = np.arange(width)
+        host = {
+            contract.CACHE_ROWS: np.concatenate([self.reorder[kept], np.full(len(expand), old_rows)]),
+            contract.CACHE_SLOTS: slots,
+            contract.CROSS_ROWS: np.concatenate([kept, old_rows + expand]).astype(np.int64),
+            contract.OLD_COLS: np.minimum(cols, old_width),
+            contract.NEW_COLS: np.minimum(cols, new_width),
+        }
+        names = contract.rows_inputs(self.rt.n_layers)[len(host):]
+        out = self.rt.run_rows(host, dict(zip(names, (*self.cross_k, *self.cross_v, *self.cache_k, *self.cache_v,
+                                                      *enc_k, *enc_v))))
+        n = self.rt.n_layers
+        self.cross_k, self.cross_v, self.cache_k, self.cache_v = (out[i * n:(i + 1) * n] for i in range(4))
+        rows = len(kept) + len(expand)
+        past_mask = np.zeros((rows, len(slots)), dtype=bool)
+        past_mask[:len(kept)] = self.past_mask[kept][:, slots]
+        src_mask = np.zeros((rows, width), dtype=bool)
+        kept_src = self.src_mask[kept][:, :width]
+        src_mask[:len(kept), :kept_src.shape[1]] = kept_src
+        src_mask[len(kept):, :new_width] = new_mask
+        self.past_mask, self.src_mask = past_mask, src_mask
+        self.reorder = np.arange(rows, dtype=np.int64)
+        self.n = rows
+
+    def add(self, groups: list[Encoded]) -> None:
+        """Jobs join with their encoder output (device values); one rebuild per encoder run."""
+        for group in Encoded.merge(groups):
+            first = self.n
+            self._rebuild(np.arange(self.n), group)
+            for job, start in zip(group.jobs, np.cumsum([first, *[j.k for j in group.jobs][:-1]])):
+                self.slots[job.id] = np.arange(start, start + job.k)
+            self.jobs.extend(group.jobs)
+
+    def remove(self, leaving: set[int]) -> None:
+        """Drop the jobs whose ids are in ``leaving``; the others keep their order."""
+        if not leaving:
+            return
+        for jid in leaving:
+            self.slots.pop(jid)
+        self.jobs = [j for j in self.jobs if j.id not in leaving]
+        if not self.jobs:
+            self.n = 0
+            self._empty()  # idle: give the device memory back
+            return
+        kept = np.concatenate([self.slots[j.id] for j in self.jobs])
+        moved = np.empty(self.n, dtype=np.int64)
+        moved[kept] = np.arange(len(kept))
+        self._rebuild(kept, None)
+        for j in self.jobs:
+            self.slots[j.id] = moved[self.slots[j.id]]
+
+    def _run(self, rows: np.ndarray, input_ids: np.ndarray, positions: np.ndarray, scores: np.ndarray,
+             ban: np.ndarray, k: int, attention: bool) -> list:
+        """The step graph over ``rows`` of the buffers (all of them: a slice object)."""
+        rt = self.rt
+        host = {contract.INPUT_IDS: input_ids, contract.POSITIONS: positions,
+                contract.PAST_MASK: self.past_mask[rows], contract.SRC_MASK: self.src_mask[rows],
+                contract.REORDER: self.reorder[rows], contract.SCORES: scores, contract.BAN_EOS: ban,
+                contract.TOP_K: np.zeros(k, dtype=bool)}
+        names = contract.step_inputs(rt.n_layers)[len(host):]
+        cross = (*self.cross_k, *self.cross_v)
+        if isinstance(rows, np.ndarray):  # a subset (probe): its own buffers, reorder applied
+            out = rt.run_rows({contract.CACHE_ROWS: self.reorder[rows], contract.CACHE_SLOTS:
+                               np.arange(self.past_mask.shape[1]), contract.CROSS_ROWS: rows,
+                               contract.OLD_COLS: np.arange(self.src_mask.shape[1]),
+                               contract.NEW_COLS: np.zeros(self.src_mask.shape[1], dtype=np.int64)},
+                              dict(zip(contract.rows_inputs(rt.n_layers)[5:],
+                                       (*cross, *self.cache_k, *self.cache_v,
+                                        *rt.empty_values(contract.ENC_K), *rt.empty_values(contract.ENC_V)))))
+            host[contract.REORDER] = np.arange(len(rows), dtype=np.int64)
+            return rt.run_step(host, dict(zip(names, out)), (contract.TOP_VALUES, contract.TOP_IDS))
+        to_host = (contract.TOP_VALUES, contract.TOP_IDS) + ((contract.CROSS_ATTENTION,) if attention else ())
+        return rt.run_step(host, dict(zip(names, (*cross, *self.cache_k, *self.cache_v))), to_host)
+
+    def step(self) -> list[Job]:
+        """One decoder step for every row; returns the jobs that finished."""
+        n, rt = self.n, self.rt
+        rows = np.concatenate([self.slots[j.id] for j in self.jobs])
+        input_ids = np.empty((n, 1), dtype=np.int64)
+        positions = np.empty((n, 1), dtype=np.int64)
+        input_ids[rows, 0] = np.concatenate([j.last for j in self.jobs])
+        positions[rows, 0] = np.repeat([j.step for j in self.jobs], [j.k for j in self.jobs])
+        scores = np.zeros(n, dtype=np.float32)  # greedy rows: the candidates are the log-probabilities
+        ban = np.zeros(n, dtype=bool)
+        for j in self.jobs:
+            if j.k > 1:
+                scores[self.slots[j.id]] = j.scores
+            if j.step < j.options.min_len:  # no eos before a job's min_len
+                ban[self.slots[j.id]] = True
+        k = min(max(1 if j.k == 1 else 2 * j.k for j in self.jobs), rt.package.dims.vocab_size)
+        attention = any(j.options.attention for j in self.jobs)
+        out = self._run(slice(None), input_ids, positions, scores, ban, k, attention)
+        values, ids = out[0].numpy(), out[1].numpy()
+        layers = rt.n_layers
+        self.cache_k, self.cache_v = out[3:3 + layers], out[3 + layers:]
+        self.past_mask = np.concatenate([self.past_mask, np.ones((n, 1), dtype=bool)], axis=1)
+        self.reorder = np.arange(n, dtype=np.int64)
+        finished, copy_to, copy_from = advance_jobs(
+            self.jobs, self.slots, out[2].numpy() if attention else None,
+            lambda row: (int(ids[row, 0]), values[row, 0]),
+            lambda job, rows, attn: job.advance_top(values[rows], ids[rows], attn))
+        if copy_to:  # a parent's second child continues its parent's cache: the next step gathers it
+            self.reorder[copy_to] = copy_from
+            self.past_mask[copy_to] = self.past_mask[copy_from]
+        return finished
+
+    def probe(self, job: Job) -> bool:
+        """Run one job's rows alone through the step graph, changing nothing: does it succeed?"""
+        rows = self.slots[job.id]
+        try:
+            self._run(rows, job.last[:, None], np.full((job.k, 1), job.step, dtype=np.int64),
+                      np.zeros(job.k, dtype=np.float32), np.zeros(job.k, dtype=bool), 1, False)
+        except Exception:
+            return False
+        return True
+
+
+def new_batch(runtime: Runtime) -> Batch | ResidentBatch:
+    """The running batch for ``runtime``: device-resident when its sessions are."""
+    return ResidentBatch(runtime) if runtime.resident else Batch(runtime)
+
+
+def advance_jobs(jobs: list[Job], slots: dict[int, np.ndarray], attention: np.ndarray | None,
+                 greedy: Callable[[int], tuple[int, np.float32]],
+                 beam: Callable[[Job, np.ndarray, np.ndarray | None], np.ndarray]
+                 ) -> tuple[list[Job], list[int], list[int]]:
+    """Every job's search step once the batch has run the decoder: ``greedy(row)`` gives a
+    greedy row's token and log-probability, ``beam(job, rows, attention)`` advances a beam
+    job and returns its parents. Beam jobs' rows are re-assigned in ``slots``; returns the
+    jobs that finished and the rows whose caches must be copied (destination, source)."""
+    finished: list[Job] = []
+    copy_to: list[int] = []  # beam rows that take another row's cache
+    copy_from: list[int] = []
+    for job in jobs:
+        rows = slots[job.id]
+        attn = attention[rows, : len(job.src)].astype(np.float32) if job.options.attention else None
+        if job.k == 1:
+            job.advance_greedy(*greedy(int(rows[0])), attn)
+        else:
+            parents = beam(job, rows, attn)
+            slots[job.id], to, of = beam_rows(rows, parents, job.scores > NEG_INF)
+            copy_to += to
+            copy_from += of
+        if job.done:
+            finished.append(job)
+    return finished, copy_to, copy_from
+
+
 class Encoded(NamedTuple):
-    """One encoder run: its jobs and, per decoder layer, their cross-attention keys/values."""
+    """Jobs of one encoder run: the run's cross-attention keys/values per decoder layer, and
+    which of its rows each job's is. The scheduler hands jobs to the batch one by one, each
+    ``take``-n from its run without copying (device values cannot be sliced)."""
 
     jobs: list[Job]
-    cross_k: list[np.ndarray]  # per layer (len(jobs), H, Dh, S)
-    cross_v: list[np.ndarray]  # per layer (len(jobs), H, S, Dh)
+    cross_k: list  # per layer (run rows, H, Dh, S): numpy arrays, or device values (ResidentBatch)
+    cross_v: list  # per layer (run rows, H, S, Dh)
     src_mask: np.ndarray  # (len(jobs), S)
+    rows: np.ndarray  # (len(jobs),) each job's row of the run
+
+    def take(self, i: int) -> Encoded:
+        """The ``i``-th job alone, over the same buffers."""
+        return Encoded([self.jobs[i]], self.cross_k, self.cross_v, self.src_mask[i:i + 1], self.rows[i:i + 1])
+
+    @staticmethod
+    def merge(entries: list[Encoded]) -> list[Encoded]:
+        """Entries of the same run joined into one (ResidentBatch rebuilds once per run)."""
+        runs: dict[int, list[Encoded]] = {}
+        for e in entries:
+            runs.setdefault(id(e.cross_k), []).append(e)
+        out = []
+        for same in runs.values():
+            width = max(e.src_mask.shape[1] for e in same)
+            mask = np.concatenate([np.pad(e.src_mask, ((0, 0), (0, width - e.src_mask.shape[1]))) for e in same])
+            out.append(Encoded([j for e in same for j in e.jobs], same[0].cross_k, same[0].cross_v, mask,
+                               np.concatenate([e.rows for e in same])))
+        return out
 
 
 # The encoder's cost is its padded size (rows x longest source), plus a fixed cost per run
@@ -517,14 +728,14 @@ def encode_jobs(runtime: Runtime, jobs: list[Job]) -> list[Encoded]:
         src = np.full((len(group), width), group[0].pad, dtype=np.int64)
         for i, j in enumerate(group):
             src[i, : len(j.src)] = j.src
-        cross_k, cross_v = runtime.encode(src)
-        out.append(Encoded(group, cross_k, cross_v, src != group[0].pad))
+        cross_k, cross_v = runtime.encode_values(src) if runtime.resident else runtime.encode(src)
+        out.append(Encoded(group, cross_k, cross_v, src != group[0].pad, np.arange(len(group))))
     return out
 
 
 def decode_all(runtime: Runtime, jobs: list[Job]) -> list[list[Hypothesis]]:
     """Offline decoding of a fixed set of jobs in one batch (benchmarks, warm-up)."""
-    batch = Batch(runtime)
+    batch = new_batch(runtime)
     batch.add(encode_jobs(runtime, jobs))
     while batch.jobs:
         batch.remove({j.id for j in batch.step()})

@@ -26,6 +26,23 @@ buffer) and writes the new keys/values into free slots. Slots are a set, not a s
 positions are inputs, so a slot's column says nothing about its position, and rows at
 different lengths (what continuous batching needs) share one step, each masking the
 slots that are not its own.
+
+Device-resident decoding (engine/resident.py; graphs made by export/resident.py) adds two
+optional graphs, so the caches stay where the graphs run and only ids, positions, masks and
+the search's candidates cross to and from the host:
+Step:     input_ids, positions, past_mask, src_mask as above,
+          reorder int64[B] (row i continues the cache of row reorder[i]),
+          scores float32[B] (each row's running score; 0 for greedy rows),
+          ban_eos bool[B] (rows that may not end yet), top_k bool[K] (only its length K is read),
+          cross_k_i, cross_v_i, cache_k_i float[B,H,Dh,P], cache_v_i float[B,H,P,Dh]
+          -> top_values float32[B,K] (score + log-probability, best first), top_ids int64[B,K],
+             cross_attention float[B,S], next_cache_k_i [B,H,Dh,P+1], next_cache_v_i [B,H,P+1,Dh]
+             (the reordered cache with the new token's keys/values as its last slot).
+Rows:     cache_rows int64[R], cache_slots int64[P'], cross_rows int64[R], old_cols int64[W],
+          new_cols int64[W], cross_k_i, cross_v_i, cache_k_i, cache_v_i (the old buffers),
+          enc_k_i [J,H,Dh,S'], enc_v_i [J,H,S',Dh] (the newcomers' encoder output)
+          -> next_cross_k_i [R,H,Dh,W], next_cross_v_i, next_cache_k_i [R,H,Dh,P'], next_cache_v_i
+             (see export/resident.py, RowsGraph, for what the indices mean).
 """
 
 from __future__ import annotations
@@ -45,11 +62,25 @@ INPUT_IDS, POSITIONS, PAST_MASK, SRC_MASK = "input_ids", "positions", "past_mask
 PAST_K, PAST_V = "past_k", "past_v"
 LOG_PROBS, NEW_K, NEW_V, CROSS_ATTENTION = "log_probs", "new_k", "new_v", "cross_attention"
 
+STEP = "step"  # device-resident decoder step (optional graph)
+ROWS = "rows"  # device-resident buffer rebuild (optional graph)
+REQUIRED_GRAPHS = (ENCODER, DECODER)
+RESIDENT_GRAPHS = (STEP, ROWS)
+REORDER, SCORES, BAN_EOS, TOP_K = "reorder", "scores", "ban_eos", "top_k"
+CACHE_K, CACHE_V = "cache_k", "cache_v"
+TOP_VALUES, TOP_IDS = "top_values", "top_ids"
+NEXT_CACHE_K, NEXT_CACHE_V = "next_cache_k", "next_cache_v"
+NEXT_CROSS_K, NEXT_CROSS_V = "next_cross_k", "next_cross_v"
+CACHE_ROWS, CACHE_SLOTS, CROSS_ROWS, OLD_COLS, NEW_COLS = "cache_rows", "cache_slots", "cross_rows", "old_cols", \
+    "new_cols"
+ENC_K, ENC_V = "enc_k", "enc_v"
+KEYS = (CROSS_K, PAST_K, NEW_K, CACHE_K, NEXT_CACHE_K, NEXT_CROSS_K, ENC_K)  # stored transposed
+
 
 def kv_shape(name: str, rows: int, n_heads: int, d_head: int, length: int) -> tuple[int, int, int, int]:
     """The shape of one layer's key or value tensor (``name``: cross_k, past_v, new_k, ...)
     over ``length`` positions: keys [B,H,Dh,length], values [B,H,length,Dh]."""
-    if name in (CROSS_K, PAST_K, NEW_K):
+    if name in KEYS:
         return rows, n_heads, d_head, length
     return rows, n_heads, length, d_head
 
@@ -72,10 +103,34 @@ def decoder_outputs(n_layers: int) -> tuple[str, ...]:
     return (LOG_PROBS, *per_layer(NEW_K, n_layers), *per_layer(NEW_V, n_layers), CROSS_ATTENTION)
 
 
+def step_inputs(n_layers: int) -> tuple[str, ...]:
+    return (INPUT_IDS, POSITIONS, PAST_MASK, SRC_MASK, REORDER, SCORES, BAN_EOS, TOP_K,
+            *per_layer(CROSS_K, n_layers), *per_layer(CROSS_V, n_layers), *per_layer(CACHE_K, n_layers),
+            *per_layer(CACHE_V, n_layers))
+
+
+def step_outputs(n_layers: int) -> tuple[str, ...]:
+    return (TOP_VALUES, TOP_IDS, CROSS_ATTENTION, *per_layer(NEXT_CACHE_K, n_layers),
+            *per_layer(NEXT_CACHE_V, n_layers))
+
+
+def rows_inputs(n_layers: int) -> tuple[str, ...]:
+    return (CACHE_ROWS, CACHE_SLOTS, CROSS_ROWS, OLD_COLS, NEW_COLS,
+            *(x for name in (CROSS_K, CROSS_V, CACHE_K, CACHE_V, ENC_K, ENC_V) for x in per_layer(name, n_layers)))
+
+
+def rows_outputs(n_layers: int) -> tuple[str, ...]:
+    return tuple(x for name in (NEXT_CROSS_K, NEXT_CROSS_V, NEXT_CACHE_K, NEXT_CACHE_V)
+                 for x in per_layer(name, n_layers))
+
+
 def graph_names(n_layers: int) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """graph -> (input names, output names), for a model with ``n_layers`` decoder layers."""
+    """graph -> (input names, output names), for a model with ``n_layers`` decoder layers:
+    the required graphs, then the optional device-resident ones."""
     return {ENCODER: (ENCODER_INPUTS, encoder_outputs(n_layers)),
-            DECODER: (decoder_inputs(n_layers), decoder_outputs(n_layers))}
+            DECODER: (decoder_inputs(n_layers), decoder_outputs(n_layers)),
+            STEP: (step_inputs(n_layers), step_outputs(n_layers)),
+            ROWS: (rows_inputs(n_layers), rows_outputs(n_layers))}
 
 
 # Graph variants: file name suffix -> what it is for.

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from export.package import ModelPackage
-from server.decoding import (
+from engine.decoding import (
     SAMPLE_STRIDE,
     Batch,
     DecodeOptions,
@@ -18,7 +17,9 @@ from server.decoding import (
     encode_jobs,
     length_groups,
 )
-from server.runtime import Runtime, RuntimeOptions
+from engine.defaults import BOS_ID, EOS_ID, PAD_ID, default_max_len
+from engine.package import ModelPackage
+from engine.runtime import Runtime, RuntimeOptions
 from tests.server_harness import TEXTS
 from training import checkpoint as ckpt_io
 from training.decode import beam_search, greedy_search
@@ -33,7 +34,8 @@ def setup(tiny_package, tiny_checkpoint):
 
 def job(tok, text: str, max_len: int = 0, **opts) -> Job:
     src = tok.encode_source(text, "de")
-    return Job(src, DecodeOptions(**opts), max_len=max_len or min(255, int(1.5 * len(src)) + 10), bos=2, eos=3, pad=0)
+    return Job(src, DecodeOptions(**opts), max_len=max_len or default_max_len(len(src), 255), bos=BOS_ID,
+               eos=EOS_ID, pad=PAD_ID)
 
 
 def reference_greedy(model, tok, text):
@@ -127,10 +129,10 @@ def test_attention_rows_follow_the_tokens(setup):
 def test_length_limits(setup):
     rt, _, tok = setup
     src = tok.encode_source(TEXTS[0], "de")
-    j = Job(src, DecodeOptions(min_len=7), max_len=7, bos=2, eos=3, pad=0)
+    j = Job(src, DecodeOptions(min_len=7), max_len=7, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)
     [[hyp]] = decode_all(rt, [j])
     assert len(hyp.tokens) == 7
-    j = Job(src, DecodeOptions(beam_size=2, n_best=2), max_len=3, bos=2, eos=3, pad=0)
+    j = Job(src, DecodeOptions(beam_size=2, n_best=2), max_len=3, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)
     [hyps] = decode_all(rt, [j])
     assert 1 <= len(hyps) <= 2 and all(len(h.tokens) <= 3 for h in hyps)
 
@@ -139,7 +141,7 @@ def test_source_width_narrows_when_the_longest_source_leaves(setup):
     rt, _, tok = setup
     short = [job(tok, t) for t in ("Jesus wept.", "Peace be with you.", "He said,")]
     src = tok.encode_source(" ".join(["In the beginning was the Word."] * 6), "de")
-    long = Job(src, DecodeOptions(), max_len=2, bos=2, eos=3, pad=0)  # leaves after 2 steps
+    long = Job(src, DecodeOptions(), max_len=2, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)  # leaves after 2 steps
     alone = [decode_all(rt, [job(tok, t)])[0] for t in ("Jesus wept.", "Peace be with you.", "He said,")]
     batch = Batch(rt)
     batch.add(encode_jobs(rt, [*short, long]))
@@ -190,7 +192,7 @@ def test_newcomers_are_encoded_in_length_groups(setup):
     rt, _, _ = setup
 
     def of_length(n: int) -> Job:
-        return Job([5] * (n - 1) + [3], DecodeOptions(), max_len=4, bos=2, eos=3, pad=0)
+        return Job([5] * (n - 1) + [EOS_ID], DecodeOptions(), max_len=4, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)
 
     jobs = [of_length(n) for n in (40, 10, 10, 12, 10, 40, 10, 40, 10)]
     assert [[len(j.src) for j in g] for g in length_groups(jobs)] == [[10] * 5 + [12], [40] * 3]

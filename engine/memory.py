@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import logging
 
-log = logging.getLogger("nmt.server")
+log = logging.getLogger("nmt.engine")
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 MMAP_THRESHOLD = 32 << 20  # glibc's maximum on 64-bit systems

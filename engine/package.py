@@ -5,19 +5,21 @@
 
 ``model.json`` is self-describing: format version, dimensions, vocabulary size, special
 ids, language tags and pairs, length limits, the graphs' input/output names, the sha256
-of every file and where the model came from. ``ModelPackage.load`` checks all of it and
-reports every problem at once.
+of every file and where the model came from. ``Manifest`` is its one typed form: the
+exporter builds one and ``write_manifest`` writes it (``Manifest.to_json`` + the files'
+sha256); ``ModelPackage.load`` checks the JSON (``validate_manifest``), reads it back with
+``Manifest.from_json`` and reports every problem at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from export import contract
+from engine import contract
 
 
 class PackageError(ValueError):
@@ -48,17 +50,60 @@ class Dimensions:
     max_positions: int
 
 
-@dataclass(frozen=True)
-class ModelPackage:
-    path: Path
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """What model.json says about a model, less the files' sha256 (``write_manifest`` adds those)."""
+
     dims: Dimensions
-    special_ids: dict[str, int]
+    special_ids: dict[str, int]  # pad, unk, bos, eos
     language_tags: dict[str, int]  # language -> id of its <2xx> tag
     pairs: tuple[str, ...]  # "en-de", ...
     max_source_tokens: int
     max_target_tokens: int
+    # Graphs the package holds, in contract.graph_names order: encoder and decoder always,
+    # the device-resident step and rows optionally (packages exported before them lack them).
+    graphs: tuple[str, ...] = contract.REQUIRED_GRAPHS
+    provenance: dict[str, Any] = field(default_factory=dict)  # where the model came from (free-form)
+
+    def to_json(self) -> dict[str, Any]:
+        """model.json's content without ``files``; each graph's input and output names come
+        from engine/contract.py, so a manifest cannot disagree with the graphs' contract."""
+        names = contract.graph_names(self.dims.n_decoder_layers)
+        return {
+            "format": contract.PACKAGE_FORMAT, "format_version": contract.PACKAGE_VERSION,
+            "model": {f.name: getattr(self.dims, f.name) for f in fields(Dimensions)},
+            "special_ids": dict(self.special_ids),
+            "language_tags": dict(self.language_tags),
+            "pairs": list(self.pairs),
+            "max_source_tokens": self.max_source_tokens, "max_target_tokens": self.max_target_tokens,
+            "graphs": {graph: {"inputs": list(inputs), "outputs": list(outputs)}
+                       for graph, (inputs, outputs) in names.items() if graph in self.graphs},
+            "provenance": dict(self.provenance),
+        }
+
+    @staticmethod
+    def from_json(m: dict[str, Any]) -> Manifest:
+        """The manifest of model.json's content (``files`` is not read); ``m`` must have passed
+        ``validate_manifest``."""
+        return Manifest(dims=Dimensions(**m["model"]), special_ids=dict(m["special_ids"]),
+                        language_tags=dict(m["language_tags"]), pairs=tuple(m["pairs"]),
+                        max_source_tokens=int(m["max_source_tokens"]), max_target_tokens=int(m["max_target_tokens"]),
+                        graphs=tuple(g for g in _GRAPHS if g in m["graphs"]),
+                        provenance=dict(m.get("provenance", {})))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelPackage(Manifest):
+    """A loaded, checked package directory: its manifest plus what its files hold."""
+
+    path: Path
     variants: tuple[str, ...]  # graph variants present: fp32 always, int8 / fp16 optional
-    provenance: dict[str, Any] = field(default_factory=dict)
+    resident_variants: tuple[str, ...] = ()  # variants with the device-resident step and rows graphs
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest alone (to write it again, changed, with ``write_manifest``)."""
+        return Manifest(**_manifest_values(self))
 
     def graph_path(self, graph: str, variant: str = "fp32") -> Path:
         if variant not in self.variants:
@@ -102,18 +147,25 @@ class ModelPackage:
                 problems.append(f"{name} is listed in {contract.MANIFEST} but missing")
             elif verify_hashes and sha256(f) != digest:
                 problems.append(f"{name} does not match its sha256 in {contract.MANIFEST} (corrupt or replaced)")
-        variants = tuple(v for v in contract.VARIANTS
-                         if all(contract.graph_file(g, v) in files for g in (contract.ENCODER, contract.DECODER)))
+        variants = _variants(files, contract.REQUIRED_GRAPHS)
         if "fp32" not in variants:
             problems.append("the fp32 encoder.onnx and decoder.onnx are not both listed in files")
         if contract.TOKENIZER not in files:
             problems.append(f"{contract.TOKENIZER} is not listed in files")
         if problems:
             raise PackageError(path, problems)
-        return cls(path=path, dims=Dimensions(**m["model"]), special_ids=dict(m["special_ids"]),
-                   language_tags=dict(m["language_tags"]), pairs=tuple(m["pairs"]),
-                   max_source_tokens=int(m["max_source_tokens"]), max_target_tokens=int(m["max_target_tokens"]),
-                   variants=variants, provenance=m.get("provenance", {}))
+        return cls(**_manifest_values(Manifest.from_json(m)), path=path, variants=variants,
+                   resident_variants=_variants(files, contract.RESIDENT_GRAPHS))
+
+
+def _manifest_values(manifest: Manifest) -> dict[str, Any]:
+    """A manifest's fields by name (a ModelPackage's too: it is a Manifest)."""
+    return {f.name: getattr(manifest, f.name) for f in fields(Manifest)}
+
+
+def _variants(files: dict[str, str], graphs: tuple[str, ...]) -> tuple[str, ...]:
+    """The variants for which every one of ``graphs`` is in the package."""
+    return tuple(v for v in contract.VARIANTS if all(contract.graph_file(g, v) in files for g in graphs))
 
 
 def _holds_checkpoint(path: Path) -> bool:
@@ -127,15 +179,30 @@ def _not_a_package(path: Path) -> str:
 
 _REQUIRED = ("format", "format_version", "model", "special_ids", "language_tags", "pairs", "max_source_tokens",
              "max_target_tokens", "graphs", "files")
+_OPTIONAL = ("provenance",)
+_GRAPHS = (*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS)  # every graph a package may hold, in order
 
 
 def validate_manifest(m: Any) -> list[str]:
-    """Every problem with a manifest's content (not its files), as readable sentences."""
+    """Every problem with a manifest's content (not its files' bytes), as readable sentences."""
     if not isinstance(m, dict):
         return [f"{contract.MANIFEST} must hold a JSON object"]
     problems = [f"{contract.MANIFEST} has no {key!r}" for key in _REQUIRED if key not in m]
+    # Unknown keys fail loudly: a key this code does not read is a typo or a newer format.
+    unknown = sorted(set(m) - {*_REQUIRED, *_OPTIONAL})
+    if unknown:
+        problems.append(f"{contract.MANIFEST} has unknown keys {', '.join(map(repr, unknown))}; "
+                        f"it may hold only {', '.join(sorted({*_REQUIRED, *_OPTIONAL}))}")
     if problems:
         return problems
+    for key, kind in (("special_ids", dict), ("language_tags", dict), ("pairs", list), ("graphs", dict),
+                      ("files", dict), ("provenance", dict)):
+        if key in m and not isinstance(m[key], kind):
+            problems.append(f"{key} must be a JSON {'object' if kind is dict else 'array'}")
+    if problems:
+        return problems  # the checks below read them
+    if not all(isinstance(pair, str) for pair in m["pairs"]):
+        problems.append("pairs must be strings like 'en-de'")
     if m["format"] != contract.PACKAGE_FORMAT:
         problems.append(f"format is {m['format']!r}, expected {contract.PACKAGE_FORMAT!r}")
     if m["format_version"] != contract.PACKAGE_VERSION:
@@ -165,13 +232,24 @@ def validate_manifest(m: Any) -> list[str]:
         tgt = str(pair).partition("-")[2]
         if tgt not in m["language_tags"]:
             problems.append(f"pair {pair} needs a tag for {tgt!r} in language_tags")
+    unknown_graphs = sorted(set(m["graphs"]) - set(_GRAPHS))
+    if unknown_graphs:
+        problems.append(f"graphs has unknown entries {', '.join(map(repr, unknown_graphs))}; "
+                        f"it may hold only {', '.join(_GRAPHS)}")
+    # A graph file the manifest does not describe could not be checked against the contract.
+    for graph in _GRAPHS:
+        listed = [name for name in (contract.graph_file(graph, v) for v in contract.VARIANTS) if name in m["files"]]
+        if listed and graph not in m["graphs"]:
+            problems.append(f"files lists {', '.join(listed)} but graphs has no {graph!r} entry")
     layers = dims.get("n_decoder_layers") if isinstance(dims, dict) else None
     if not isinstance(layers, int) or layers < 1:
         if isinstance(dims, dict) and "n_decoder_layers" in dims:
             problems.append(f"model.n_decoder_layers is {layers!r}, not a positive integer")
         return problems  # the graphs' names depend on it
     for graph, (inputs, outputs) in contract.graph_names(layers).items():
-        g = m["graphs"].get(graph) if isinstance(m["graphs"], dict) else None
+        g = m["graphs"].get(graph)
+        if g is None and graph not in contract.REQUIRED_GRAPHS:
+            continue  # an optional graph the exporter did not write
         if not isinstance(g, dict):
             problems.append(f"graphs has no {graph!r} entry")
             continue
@@ -182,11 +260,12 @@ def validate_manifest(m: Any) -> list[str]:
     return problems
 
 
-def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """Fill in the sha256 of every package file and write model.json."""
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    """Write ``manifest`` as path/model.json with the sha256 of every other file in ``path``;
+    PackageError (nothing written) when the result would not load."""
     files = sorted(p.name for p in path.iterdir() if p.is_file() and p.name != contract.MANIFEST)
-    manifest = {**manifest, "files": {name: sha256(path / name) for name in files}}
-    problems = validate_manifest(manifest)
+    content = {**manifest.to_json(), "files": {name: sha256(path / name) for name in files}}
+    problems = validate_manifest(content)
     if problems:
         raise PackageError(path, problems)
-    (path / contract.MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    (path / contract.MANIFEST).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n")
