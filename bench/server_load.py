@@ -90,13 +90,18 @@ class ServerProcess:
         raise TimeoutError(f"nmt-serve did not report SERVING within {self.start_timeout:.0f}s")
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen | None, grace: float = 30.0) -> None:
+    """SIGTERM (the servers drain), then SIGKILL after ``grace`` seconds."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @dataclass(frozen=True)

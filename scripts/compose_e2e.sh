@@ -11,15 +11,16 @@
 # 3. Makes a model package on the host with the project's .venv: exports
 #    $1 or $E2E_CHECKPOINT, else the model shipped in models/default/model.pt, else a tiny model
 #    trained for 200 steps (about 2 minutes).
-# 4. Starts the CPU stack (2 replicas behind nginx) and Prometheus, translates through
-#    the balancer, runs a short load test through it, checks from each replica's own
+# 4. Starts the CPU stack (2 replicas behind nginx, the HTTP gateway) and Prometheus,
+#    translates through the balancer and through the gateway (LibreTranslate's /translate:
+#    the same text), runs a short load test through the balancer, checks from each replica's own
 #    metrics that both served requests (and that Prometheus scrapes both), stops one
 #    replica (it must drain and exit 0) and translates again through the balancer.
 # 5. Tears everything down (docker-compose down -v).
 #
 # Only 127.0.0.1 (published ports) and the containers' own loopback are ever targeted.
 # Every wait is bounded. Exit status 0 only when all of the above ran and passed.
-# Settings: E2E_CHECKPOINT, E2E_PORT (50061), E2E_PROMETHEUS_PORT (9191),
+# Settings: E2E_CHECKPOINT, E2E_PORT (50061), E2E_PROMETHEUS_PORT (9191), E2E_HTTP_PORT (5061),
 # BASE_IMAGE (local/debian:bookworm), E2E_KEEP=1 (leave the stack up on failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,7 @@ BASE_IMAGE=${BASE_IMAGE:-local/debian:bookworm}
 PROJECT=nmt-e2e
 PORT=${E2E_PORT:-50061}
 PROM_PORT=${E2E_PROMETHEUS_PORT:-9191}
+HTTP_PORT=${E2E_HTTP_PORT:-5061}
 ADDRESS=127.0.0.1:$PORT
 WORK=$(mktemp -d -t nmt-compose-e2e.XXXXXX)
 STARTED=$(date +%s)
@@ -40,7 +42,7 @@ fail() { echo "[compose-e2e] FAILED: $*" >&2; exit 1; }
 
 # Compose reads these for the build arguments, the mounts and the published ports.
 export BASE_IMAGE NMT_MODELS=$WORK/models NMT_PACKAGE=default NMT_PUBLISH_HOST=127.0.0.1 \
-       NMT_GRPC_PORT=$PORT NMT_PROMETHEUS_PORT=$PROM_PORT NMT_CPU_THREADS=1
+       NMT_GRPC_PORT=$PORT NMT_PROMETHEUS_PORT=$PROM_PORT NMT_HTTP_PORT=$HTTP_PORT NMT_CPU_THREADS=1
 export COMPOSE_DOCKER_CLI_BUILD=0 DOCKER_BUILDKIT=0 COMPOSE_HTTP_TIMEOUT=300 DEBIAN_FRONTEND=noninteractive
 COMPOSE=(docker-compose -p "$PROJECT" --profile monitoring)  # the CPU stack is the default
 
@@ -119,13 +121,17 @@ else
     --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' - "$BASE_IMAGE" >/dev/null
   rm -rf "$rootfs"
 fi
-log "building the server, balancer and Prometheus images"
-timeout 1800 nice -n 10 "${COMPOSE[@]}" build server lb prometheus >"$WORK/build.log" 2>&1 \
+log "building the server, balancer, gateway and Prometheus images"
+timeout 1800 nice -n 10 "${COMPOSE[@]}" build server lb gateway prometheus >"$WORK/build.log" 2>&1 \
   || { tail -40 "$WORK/build.log"; fail "image build failed"; }
 timeout 60 docker run --rm --entrypoint python nmt-server:cpu -c '
 import importlib.util, onnxruntime, grpc, server.main
 assert not [m for m in ("torch", "onnx") if importlib.util.find_spec(m)], "torch or onnx in the server image"' \
   || fail "the server image holds torch or onnx, or lacks the server"
+timeout 60 docker run --rm --entrypoint python nmt-http -c '
+import importlib.util, gateway.main
+assert not [m for m in ("torch", "onnx", "onnxruntime") if importlib.util.find_spec(m)], "heavy modules in the gateway"' \
+  || fail "the gateway image holds torch or onnxruntime, or lacks the gateway"
 
 # --- 3. a model package --------------------------------------------------------------
 ckpt=${1:-${E2E_CHECKPOINT:-}}
@@ -200,6 +206,30 @@ print(int(sum(float(v) for v in re.findall(r"^nmt_requests_total\{(?=[^}]*method
 out=$(translate "In the beginning God created the heavens and the earth.") || fail "translation through the balancer"
 [ -n "$out" ] || fail "empty translation through the balancer"
 log "translated through the balancer: $out"
+
+# The HTTP gateway in front of the balancer, as a LibreTranslate client calls it.
+end=$((SECONDS + 60))
+until timeout 5 $PY -c "import urllib.request as u, sys; sys.exit(u.urlopen('http://127.0.0.1:$HTTP_PORT/readyz', timeout=3).status != 200)" 2>/dev/null; do
+  [ $SECONDS -lt $end ] || fail "the gateway on 127.0.0.1:$HTTP_PORT was not ready within 60s"
+  sleep 1
+done
+http_out=$(timeout 60 $PY - "$HTTP_PORT" <<'EOF'
+import json, sys, urllib.request
+body = json.dumps({"q": "In the beginning God created the heavens and the earth.", "source": "en",
+                   "target": "de", "format": "text"}).encode()
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/translate", data=body,
+                             headers={"Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=30))["translatedText"])
+EOF
+) || fail "translation through the HTTP gateway"
+# /translate decodes with the gateway's beam (4 by default): compare with the same over gRPC.
+beam_out=$(timeout 60 .venv/bin/nmt-translate --address "$ADDRESS" --source en --target de --quiet --beam 4 \
+  "In the beginning God created the heavens and the earth.") || fail "beam translation through the balancer"
+[ "$http_out" = "$beam_out" ] || fail "the gateway's translation differs from gRPC's: '$http_out' vs '$beam_out'"
+page=$(timeout 10 $PY -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$HTTP_PORT/', timeout=5).read().decode())") \
+  || fail "the web page"
+grep -q "<html" <<<"$page" || fail "the gateway's / is not the web page"
+log "translated through the HTTP gateway (LibreTranslate's /translate): same text; the web page is served"
 
 log "load test through the balancer"
 # CLIENT: nmt-loadtest

@@ -7,19 +7,17 @@ import argparse
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, exit_status_help
+from cli.settings import LOG_LEVELS, ConfigError, flag, one_of, setting
+from cli.settings import add_flags as _add_flags
+from cli.settings import values as _values
 from engine.defaults import DEVICES, RESIDENT_MODES
 
 SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_sentences)
-
-
-def setting(default: Any, help: str) -> Any:
-    """A field of ServerConfig with its --help text, which is its documentation too."""
-    return field(default=default, metadata={"help": help})
 
 
 @dataclass(frozen=True)
@@ -87,14 +85,9 @@ class ServerConfig:
             out.append(f"{flag('metrics_port')} is {self.metrics_port}; give a port, 0 for a free one or -1 for none")
         if not 0 <= self.grace_seconds < float("inf"):
             out.append(f"{flag('grace_seconds')} is {self.grace_seconds}; it must be 0 or more")
-        if self.device not in DEVICES:
-            out.append(f"{flag('device')} is {self.device!r}; it must be {', '.join(DEVICES[:-1])} or {DEVICES[-1]}")
-        if self.device_resident not in RESIDENT_MODES:
-            out.append(f"{flag('device_resident')} is {self.device_resident!r}; it must be "
-                       f"{', '.join(RESIDENT_MODES[:-1])} or {RESIDENT_MODES[-1]}")
-        if self.log_level.upper() not in LOG_LEVELS:
-            out.append(f"{flag('log_level')} is {self.log_level!r}; it must be {', '.join(LOG_LEVELS[:-1])} or "
-                       f"{LOG_LEVELS[-1]}")
+        out += one_of("device", self.device, DEVICES)
+        out += one_of("device_resident", self.device_resident, RESIDENT_MODES)
+        out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)
         for name in ("host", "metrics_host"):
             if not getattr(self, name).strip():
                 out.append(f"{flag(name)} is empty; give an address such as 127.0.0.1")
@@ -150,17 +143,6 @@ class ServerConfig:
         return d
 
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-class ConfigError(ValueError):
-    """A configuration the server must not start with; the message names every problem."""
-
-
-def flag(field_name: str) -> str:
-    return "--" + field_name.replace("_", "-")
-
-
 def env_name(field_name: str) -> str:
     return "NMT_" + field_name.upper()
 
@@ -175,59 +157,26 @@ def build_parser() -> argparse.ArgumentParser:
                               "NMT_MAX_TEXTS (NMT_MODEL takes several packages separated by commas); flags win. "
                               + exit_status_help(EXIT_FAILED, EXIT_USAGE, done="stopped by SIGTERM or Ctrl-C, "
                                                  "after draining") + ".")
-    defaults = ServerConfig()
-    for f in fields(ServerConfig):
-        default = getattr(defaults, f.name)
-        shown = "none" if default in ((), "") else ("on" if default is True else "off" if default is False
-                                                    else default)
-        help_text = f"{f.metadata['help']} (default: {shown}; ${env_name(f.name)})"
-        if f.name == "model":
-            p.add_argument(flag(f.name), action="append", metavar="[NAME=]DIR", help=help_text)
-        elif isinstance(default, bool):
-            p.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        else:
-            p.add_argument(flag(f.name), type=type(default), default=None, metavar=f.name.upper(), help=help_text)
+    [model] = [f for f in fields(ServerConfig) if f.name == "model"]
+    p.add_argument(flag("model"), action="append", metavar="[NAME=]DIR",
+                   help=f"{model.metadata['help']} (default: none; ${env_name('model')})")
+    _add_flags(p, ServerConfig, env_name, skip=("model",))
     return p
 
 
 def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> ServerConfig:
     environ = os.environ if environ is None else environ
-    defaults = ServerConfig()
     p = build_parser()
     args = p.parse_args(argv)
-    values: dict[str, Any] = {}
     try:
-        for f in fields(ServerConfig):
-            default = getattr(defaults, f.name)
-            flag_value = getattr(args, f.name)
-            env = environ.get(env_name(f.name))
-            if f.name == "model":
-                if flag_value:
-                    values["model"] = tuple(flag_value)
-                elif env:
-                    values["model"] = tuple(x.strip() for x in env.split(",") if x.strip())
-                continue
-            if flag_value is not None:
-                values[f.name] = flag_value
-            elif env is not None:
-                values[f.name] = _from_env(f.name, env, default)
+        values = _values(args, ServerConfig, environ, env_name, skip=("model",))
+        if args.model:
+            values["model"] = tuple(args.model)
+        elif environ.get(env_name("model")):
+            values["model"] = tuple(x.strip() for x in environ[env_name("model")].split(",") if x.strip())
         cfg = ServerConfig(**values)
     except ConfigError as e:
         p.error(str(e))
     if not cfg.model:
         p.error("no model: pass --model DIR, a package written by nmt-export (or set NMT_MODEL)")
     return cfg
-
-
-def _from_env(name: str, value: str, default: Any) -> Any:
-    if isinstance(default, bool):
-        if value.lower() in ("1", "true", "yes", "on"):
-            return True
-        if value.lower() in ("0", "false", "no", "off", ""):
-            return False
-        raise ConfigError(f"{env_name(name)}={value!r}: expected true or false")
-    try:
-        return type(default)(value)
-    except ValueError:
-        kind = {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
-        raise ConfigError(f"{env_name(name)}={value!r}: expected {kind}") from None

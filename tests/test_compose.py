@@ -54,7 +54,8 @@ def test_compose_services_and_profiles():
     # docker-compose up (no profile): the CPU replicas and their balancer; the GPU server,
     # monitoring and the export job only when asked for (a CPU-only host never builds CUDA).
     assert _profiles_of_services(compose("config").stdout) == {
-        "server-gpu": {"gpu"}, "server": set(), "lb": set(), "prometheus": {"monitoring"}, "export": {"export"}}
+        "server-gpu": {"gpu"}, "server": set(), "lb": set(), "gateway": set(), "prometheus": {"monitoring"},
+        "export": {"export"}}
 
 
 def test_the_replica_count_is_a_setting_that_stays():
@@ -75,6 +76,11 @@ def test_compose_wiring():
     assert "nmt-export /checkpoints/default/model.pt /models/default --force --int8 --fp16" in " ".join(text.split())
     assert text.count("- nmt-health") == 2  # both servers' health checks use the gRPC probe
     assert "127.0.0.1:50051:8080" in text  # published on loopback unless NMT_PUBLISH_HOST says otherwise
+    # The HTTP gateway talks gRPC to the balancer, listens on every interface of its container,
+    # and is published on its own port.
+    assert re.search(r"gateway:\n(?:    .*\n)*?    depends_on:\n      lb:\n        condition: service_healthy", text)
+    assert "NMT_HTTP_GRPC_ADDRESS: lb:8080" in text and "NMT_HTTP_HOST: 0.0.0.0" in text
+    assert "127.0.0.1:5000:5000" in text
 
 
 def _pyproject() -> dict:
@@ -94,7 +100,7 @@ def test_server_image_installs_no_torch():
 
 
 def test_images_use_the_base_image_argument_and_a_non_root_user():
-    for name in ("server", "train", "nginx", "prometheus"):
+    for name in ("server", "train", "nginx", "prometheus", "gateway"):
         text = (DOCKER / f"{name}.Dockerfile").read_text()
         assert text.startswith("#") and "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}\n" in text, name
         assert re.search(r"^USER (?!root)\w+$", text, re.M), name

@@ -1,0 +1,600 @@
+"""The gateway's HTTP application (Starlette): LibreTranslate's API, our JSON API, health and
+the web page, in front of one gRPC channel to nmt-serve.
+
+Endpoints:
+
+    POST /translate     LibreTranslate's: q (a string or a list), source, target, format
+                        (text or html), alternatives, api_key; JSON, form or multipart body
+    GET  /languages     LibreTranslate's: [{"code", "name", "targets"}] of every model's pairs
+    POST /v1/translate  ours: every DecodingOptions field, hypotheses, segments, scores, attention
+    GET  /v1/models     ours: ListModels as JSON
+    GET  /healthz       200 while this process runs
+    GET  /readyz        200 while the gRPC server's health check says SERVING, else 503
+    GET  /, /static/... the web page (gateway/static/)
+
+Every error is ``{"error": "message"}`` with the status LibreTranslate uses: 400 for a bad
+request (the server's INVALID_ARGUMENT message passes through), 403 for a missing or wrong
+API key, 413 for a body over --max-body-bytes, 429 while the server is saturated
+(RESOURCE_EXHAUSTED, with Retry-After), 503 while it cannot be reached or is shutting down
+(UNAVAILABLE, with Retry-After), 504 when the deadline passes, 500 for anything else. The
+deadline of every gRPC call is the request's (--timeout, lowered by an X-Timeout-Seconds
+header), and a client that disconnects cancels its gRPC call, so the server frees its rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hmac
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cli import language
+from gateway.config import GatewayConfig
+from gateway.html_text import HtmlText
+from nmt.v1 import translator_pb2 as pb
+from nmt.v1 import translator_pb2_grpc as pb_grpc
+
+log = logging.getLogger("nmt.http")
+T = TypeVar("T")
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+TIMEOUT_HEADER = "x-timeout-seconds"
+MODELS_TTL = 10.0  # seconds the model list (pairs, limits) is reused to route /translate
+MODELS_MISS_TTL = 1.0  # an unknown pair asks again once the list is this old (a model may have been added)
+HTML_TEXTS_PER_CALL = 64  # text runs of format=html per Translate call when the server's limit is unknown
+READY_TIMEOUT = 3.0  # seconds /readyz waits for the server's health check (a probe's own timeout is short)
+CLIENT_GONE = 499  # nginx's "client closed request": logged, never seen by the client
+# gRPC's reconnect backoff grows to 120 s by default, and a call on a channel waiting it out
+# fails at once: capped at 1 s, the gateway reaches a restarted server about a second after it is back.
+CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000),
+                   ("grpc.max_receive_message_length", 64 * 1024 * 1024),  # above any server's --max-message-bytes
+                   ("grpc.max_send_message_length", -1)]  # requests are bounded by --max-body-bytes
+LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",
+                  "pt": "Portuguese", "nl": "Dutch", "pl": "Polish", "ru": "Russian", "uk": "Ukrainian",
+                  "sv": "Swedish", "da": "Danish", "fi": "Finnish", "cs": "Czech", "el": "Greek", "tr": "Turkish",
+                  "ar": "Arabic", "he": "Hebrew", "hi": "Hindi", "zh": "Chinese", "ja": "Japanese", "ko": "Korean",
+                  "la": "Latin"}
+# /v1/translate: the body's keys and the option each sets (api_key is read by the key check).
+V1_INT_OPTIONS = ("beam_size", "num_hypotheses", "max_output_tokens")
+V1_BOOL_OPTIONS = ("return_scores", "return_attention", "no_sentence_split")
+V1_KEYS = ("q", "source", "target", "model", *V1_INT_OPTIONS, "length_penalty", *V1_BOOL_OPTIONS, "api_key")
+UINT32_MAX = 2**32 - 1
+
+
+class GatewayError(Exception):
+    """An answer other than 200: the status and LibreTranslate's ``{"error": message}``."""
+
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, dict(headers or {})
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": self.message}, self.status, headers=self.headers)
+
+
+class BodyTooLarge(GatewayError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is larger than this gateway's limit of {limit} bytes")
+
+
+def bad_request(message: str) -> GatewayError:
+    return GatewayError(400, message)
+
+
+# ---------------------------------------------------------------- deadlines and gRPC errors
+@dataclass(frozen=True)
+class Deadline:
+    """When the request's gRPC work must be done: --timeout, or less by X-Timeout-Seconds."""
+
+    at: float  # time.monotonic()
+    seconds: float
+
+    @classmethod
+    def of(cls, request: Request, limit: float) -> Deadline:
+        seconds = limit
+        given = request.headers.get(TIMEOUT_HEADER)
+        if given is not None:
+            try:
+                asked = float(given)
+            except ValueError:
+                asked = math.nan
+            if not (math.isfinite(asked) and asked > 0):
+                raise bad_request(f"X-Timeout-Seconds: {given[:40]!r} is not a number of seconds above 0")
+            seconds = min(asked, limit)
+        return cls(time.monotonic() + seconds, seconds)
+
+    def remaining(self) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise self.exceeded()
+        return left
+
+    def exceeded(self) -> GatewayError:
+        return GatewayError(504, f"deadline exceeded: the translation server did not answer within "
+                                 f"{self.seconds:g} s")
+
+
+def rpc_error(e: grpc.aio.AioRpcError, deadline: Deadline, address: str) -> GatewayError:
+    """The HTTP answer to a failed gRPC call."""
+    code, details = e.code(), e.details() or ""
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
+        return bad_request(details)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return GatewayError(429, details, {"Retry-After": "1"})
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return GatewayError(503, f"the translation server at {address} is unavailable: {details}", {"Retry-After": "1"})
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return deadline.exceeded()
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return GatewayError(500, f"the translation server refused the gateway ({code.name}: {details}); its "
+                                 f"operator must check --grpc-token-file")
+    return GatewayError(500, f"translation failed: {code.name}: {details}")
+
+
+# ---------------------------------------------------------------- the gRPC side
+class Upstream:
+    """The gateway's one channel to the gRPC server (made in the app's lifespan, shared by
+    every request), its stubs, and the model list (pairs and limits) kept for MODELS_TTL."""
+
+    def __init__(self, cfg: GatewayConfig, token: str) -> None:
+        self.address = cfg.grpc_address
+        self.channel = grpc.aio.insecure_channel(cfg.grpc_address, options=CHANNEL_OPTIONS)
+        self.translator = pb_grpc.TranslatorStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self._models: list[pb.ModelInfo] = []
+        self._models_at = -math.inf
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def call(self, method, message, deadline: Deadline):
+        """One unary call with the request's deadline; GatewayError when it fails."""
+        try:
+            return await method(message, timeout=deadline.remaining(), metadata=self.metadata)
+        except grpc.aio.AioRpcError as e:
+            raise rpc_error(e, deadline, self.address) from None
+
+    async def models(self, deadline: Deadline, max_age: float = 0.0) -> list[pb.ModelInfo]:
+        """ListModels, or its answer of less than ``max_age`` seconds ago."""
+        if time.monotonic() - self._models_at >= max_age:
+            response = await self.call(self.translator.ListModels, pb.ListModelsRequest(), deadline)
+            self._models, self._models_at = list(response.models), time.monotonic()
+        return self._models
+
+    async def route(self, source: str, target: str, deadline: Deadline) -> pb.ModelInfo | None:
+        """The first model (the default first) that translates source -> target; None when none
+        does or the list cannot be had: the request then goes to the default model, whose
+        answer says what is wrong."""
+        pair = f"{source}-{target}"
+        try:
+            for max_age in (MODELS_TTL, MODELS_MISS_TTL):
+                for m in await self.models(deadline, max_age):
+                    if pair in m.pairs:
+                        return m
+        except GatewayError:
+            pass
+        return None
+
+    async def translate(self, request: pb.TranslateRequest, deadline: Deadline) -> pb.TranslateResponse:
+        return await self.call(self.translator.Translate, request, deadline)
+
+
+# ---------------------------------------------------------------- ASGI middleware
+class BodyLimit:
+    """Refuses a body over ``limit`` bytes with 413: at once by its Content-Length, else
+    (chunked) as soon as the bytes read pass the limit."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            await BodyTooLarge(self.limit).response()(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise BodyTooLarge(self.limit)  # answered by the app's GatewayError handler
+            return message
+
+        await self.app(scope, limited, send)
+
+
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """``await work``, unless the client disconnects first: then the work is cancelled (a
+    cancelled grpc.aio call cancels the RPC, and the server frees its rows) and the answer
+    is None. The body must have been read: what the client sends next can only be its leaving."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.create_task(_disconnect(request.receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # also when this handler is cancelled itself (the gateway shutting down)
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        log.info("%s %s: the client went away; its translation was cancelled", request.method, request.url.path)
+        return None
+    return task.result()
+
+
+async def _disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+# ---------------------------------------------------------------- request bodies
+async def json_body(request: Request) -> dict[str, Any]:
+    body = await request.body()
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise bad_request(f"Invalid JSON format: {str(e)[:200]}") from None
+    if not isinstance(data, dict):
+        raise bad_request("Invalid JSON format: the body must be a JSON object")
+    return data
+
+
+def is_json(request: Request) -> bool:
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+async def libre_fields(request: Request, limit: int) -> dict[str, Any]:
+    """LibreTranslate's parameters: the JSON object, or the form's fields over the query
+    string's (Flask's request.values). A field given more than once (q) is a list."""
+    if is_json(request):
+        return await json_body(request)
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    fields: dict[str, list[Any]] = {}
+    for key, value in request.query_params.multi_items():
+        fields.setdefault(key, []).append(value)
+    if media in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        form = await request.form(max_part_size=limit)
+        from_form: dict[str, list[Any]] = {}
+        for key, value in form.multi_items():
+            if isinstance(value, UploadFile):
+                raise bad_request(f"Invalid request: {key} must be a form field, not a file")
+            from_form.setdefault(key, []).append(value)
+        fields.update(from_form)
+    elif await request.body():
+        raise bad_request(f"Invalid request: unsupported Content-Type {media or 'none'!r}; send application/json, "
+                          f"application/x-www-form-urlencoded or multipart/form-data")
+    out: dict[str, Any] = {k: v[0] for k, v in fields.items() if k != "q"}
+    if "q" in fields:
+        # Form text: line endings normalized to LF (as LibreTranslate does; RFC 2046 sends CRLF).
+        q = ["\n".join(x.splitlines()) for x in fields["q"]]
+        out["q"] = q[0] if len(q) == 1 else q
+    return out
+
+
+# ---------------------------------------------------------------- the application
+class Gateway:
+    """The endpoints; ``upstream`` is set by the lifespan."""
+
+    def __init__(self, cfg: GatewayConfig, api_keys: frozenset[str], grpc_token: str) -> None:
+        self.cfg, self.api_keys, self.grpc_token = cfg, api_keys, grpc_token
+        self.upstream: Upstream | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.upstream = Upstream(self.cfg, self.grpc_token)
+        log.info("translating with the gRPC server at %s", self.cfg.grpc_address)
+        try:
+            yield
+        finally:
+            await self.upstream.close()
+
+    @property
+    def up(self) -> Upstream:
+        assert self.upstream is not None, "the app's lifespan makes the channel"
+        return self.upstream
+
+    def check_key(self, given: Any) -> None:
+        """403 unless the request carries one of the configured keys (none configured: no check)."""
+        if not self.api_keys:
+            return
+        if given is None or given == "":
+            raise GatewayError(403, "Invalid request: missing api_key parameter (this server needs an API key; ask "
+                                    "its operator for one)")
+        key = str(given).encode()
+        # Every key is compared, in constant time: no timing tells how much of a key was right.
+        if not any([hmac.compare_digest(key, k.encode()) for k in self.api_keys]):
+            raise GatewayError(403, "Invalid API key")
+
+    # ------------------------------------------------------------ LibreTranslate's API
+    async def translate(self, request: Request) -> Response:
+        p = await libre_fields(request, self.cfg.max_body_bytes)
+        self.check_key(p.get("api_key"))
+        q = p.get("q")
+        if not q:
+            raise bad_request("Invalid request: missing q parameter")
+        if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+            raise bad_request("Invalid request: q must be a string or a list of strings")
+        source, target = (_language(p.get(name), name) for name in ("source", "target"))
+        fmt = p.get("format") or "text"
+        if fmt not in ("text", "html"):
+            raise bad_request(f"Invalid request: {str(fmt)[:40]!r} format is not supported; give text or html")
+        alternatives = _alternatives(p.get("alternatives", 0))
+        deadline = Deadline.of(request, self.cfg.timeout)
+        if source == "auto":
+            raise bad_request(await self._no_auto(deadline))
+        result = await until_disconnected(request, self._libre(q, source, target, fmt, alternatives, deadline))
+        return Response(status_code=CLIENT_GONE) if result is None else JSONResponse(result)
+
+    async def _libre(self, q: str | list[str], source: str, target: str, fmt: str, alternatives: int,
+                     deadline: Deadline) -> dict[str, Any]:
+        texts = [q] if isinstance(q, str) else q
+        model = await self.up.route(source, target, deadline)
+        if model is not None and alternatives + 1 > model.max_beam_size:
+            raise bad_request(f"Invalid request: alternatives parameter must be <= {model.max_beam_size - 1}")
+
+        def beam(hypotheses: int) -> int:
+            """--beam-size, or more for more hypotheses; at most the server's largest (when known)."""
+            wanted = max(self.cfg.beam_size, hypotheses)
+            return min(wanted, model.max_beam_size) if model is not None else wanted
+
+        request = pb.TranslateRequest(source_lang=source, target_lang=target, model=model.name if model else "")
+        if fmt == "html":
+            request.options.beam_size = beam(1)
+            documents = [HtmlText(t) for t in texts]
+            runs = [r for d in documents for r in d.texts]
+            per_call = max(1, model.max_texts_per_request) if model else HTML_TEXTS_PER_CALL
+            translated: list[str] = []
+            for i in range(0, len(runs), per_call):
+                request.texts[:] = runs[i:i + per_call]
+                response = await self.up.translate(request, deadline)
+                translated += [_best(t) for t in response.translations]
+            it = iter(translated)
+            best = [d.render([next(it) for _ in d.texts]) for d in documents]
+            others: list[list[str]] = [[] for _ in texts]  # LibreTranslate gives none for html either
+        else:
+            request.texts.extend(texts)
+            request.options.beam_size, request.options.num_hypotheses = beam(alternatives + 1), alternatives + 1
+            response = await self.up.translate(request, deadline)
+            best = [_best(t) for t in response.translations]
+            others = [_unique([h.text for h in t.hypotheses[1:]], b) for t, b in zip(response.translations, best)]
+        out: dict[str, Any] = {"translatedText": best[0] if isinstance(q, str) else best}
+        if alternatives > 0:
+            out["alternatives"] = others[0] if isinstance(q, str) else others
+        return out
+
+    async def _no_auto(self, deadline: Deadline) -> str:
+        message = "source 'auto' (language detection) is not supported"
+        try:
+            sources = sorted({pair.split("-")[0] for m in await self.up.models(deadline, MODELS_TTL)
+                              for pair in m.pairs})
+        except GatewayError:
+            return f"{message}; give the source language's code"
+        return f"{message}; give one of: {', '.join(sources)}"
+
+    async def languages(self, request: Request) -> Response:
+        models = await self.up.models(Deadline.of(request, self.cfg.timeout))
+        targets: dict[str, set[str]] = {}
+        for m in models:
+            for pair in m.pairs:
+                source, _, target = pair.partition("-")
+                targets.setdefault(source, set()).add(target)
+        return JSONResponse([{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(targets[code])}
+                             for code in sorted(targets)])
+
+    # ------------------------------------------------------------ our JSON API
+    async def v1_translate(self, request: Request) -> Response:
+        body = await json_body(request)
+        unknown = [k for k in body if k not in V1_KEYS]
+        if unknown:
+            raise bad_request(f"unknown keys: {', '.join(repr(k)[:60] for k in unknown)}; known: {', '.join(V1_KEYS)}")
+        self.check_key(body.get("api_key"))
+        translate = _v1_request(body)
+        deadline = Deadline.of(request, self.cfg.timeout)
+        result = await until_disconnected(request, self._v1(translate, deadline))
+        return Response(status_code=CLIENT_GONE) if result is None else JSONResponse(result)
+
+    async def _v1(self, request: pb.TranslateRequest, deadline: Deadline) -> dict[str, Any]:
+        if not request.model:
+            model = await self.up.route(language(request.source_lang), language(request.target_lang), deadline)
+            request.model = model.name if model else ""
+        response = await self.up.translate(request, deadline)
+        attention = request.options.return_attention
+        return {"model": response.model,
+                "translations": [{"hypotheses": [_hypothesis(h, attention) for h in t.hypotheses],
+                                  "segments": [{"source": s.source, "start": s.start, "end": s.end,
+                                                "hypotheses": [_hypothesis(h, attention) for h in s.hypotheses]}
+                                               for s in t.segments]}
+                                 for t in response.translations]}
+
+    async def v1_models(self, request: Request) -> Response:
+        models = await self.up.models(Deadline.of(request, self.cfg.timeout))
+        limits = [f.name for f in pb.ModelInfo.DESCRIPTOR.fields if f.name.startswith("max_")]
+        return JSONResponse({"models": [{"name": m.name, "pairs": list(m.pairs), "device": m.device,
+                                         "variant": m.variant, "device_resident": m.device_resident,
+                                         "limits": {name: getattr(m, name) for name in limits}}
+                                        for m in models]})
+
+    # ------------------------------------------------------------ health and the page
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        try:
+            response = await self.up.health.Check(health_pb2.HealthCheckRequest(service=""),
+                                                  timeout=min(self.cfg.timeout, READY_TIMEOUT),
+                                                  metadata=self.up.metadata)
+        except grpc.aio.AioRpcError as e:
+            return JSONResponse({"status": "UNREACHABLE", "error": f"{e.code().name}: {e.details()}"}, 503)
+        status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+        return JSONResponse({"status": status}, 200 if response.status == health_pb2.HealthCheckResponse.SERVING
+                            else 503)
+
+    async def index(self, request: Request) -> Response:
+        page = STATIC_DIR / "index.html"
+        if not page.is_file():
+            raise GatewayError(404, "no web page here: gateway/static/index.html is missing")
+        return FileResponse(page, media_type="text/html; charset=utf-8")
+
+
+def _language(value: Any, name: str) -> str:
+    if value is None or value == "":
+        raise bad_request(f"Invalid request: missing {name} parameter")
+    if not isinstance(value, str):
+        raise bad_request(f"Invalid request: {name} must be a language code such as en")
+    return language(value)
+
+
+def _alternatives(value: Any) -> int:
+    """LibreTranslate's alternatives: a whole number (as a number or a string); below 0 is 0."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise bad_request("Invalid request: alternatives parameter is not a number")
+    try:
+        return max(0, int(value))
+    except ValueError:
+        raise bad_request("Invalid request: alternatives parameter is not a number") from None
+
+
+def _best(t: pb.Translation) -> str:
+    return t.hypotheses[0].text if t.hypotheses else ""
+
+
+def _unique(texts: Sequence[str], best: str) -> list[str]:
+    """The alternatives: in order, without repeats, without the best translation and empty ones."""
+    seen = {best, ""}
+    return [t for t in texts if not (t in seen or seen.add(t))]
+
+
+def _v1_request(body: dict[str, Any]) -> pb.TranslateRequest:
+    """The TranslateRequest a /v1/translate body asks for; 400 naming a key of the wrong type."""
+    q = body.get("q")
+    if q is None:
+        raise bad_request("missing q: give a string or a list of strings")
+    if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+        raise bad_request("q: expected a string or a list of strings")
+    request = pb.TranslateRequest(texts=[q] if isinstance(q, str) else q)
+    for name, field in (("source", "source_lang"), ("target", "target_lang")):
+        value = body.get(name)
+        if not isinstance(value, str) or not value.strip():
+            raise bad_request(f"{'missing ' if value in (None, '') else ''}{name}: expected a language code such as "
+                              f"en")
+        setattr(request, field, value)
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise bad_request("model: expected a model's name (a string)")
+    request.model = model
+    for name in V1_INT_OPTIONS:
+        value = body.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= UINT32_MAX:
+            raise bad_request(f"{name}: expected a whole number of 0 or more, got {json.dumps(value)[:40]}")
+        setattr(request.options, name, value)
+    penalty = body.get("length_penalty", 0.0)
+    if isinstance(penalty, bool) or not isinstance(penalty, int | float) or not math.isfinite(penalty):
+        raise bad_request(f"length_penalty: expected a number, got {json.dumps(penalty)[:40]}")
+    request.options.length_penalty = penalty
+    for name in V1_BOOL_OPTIONS:
+        value = body.get(name, False)
+        if not isinstance(value, bool):
+            raise bad_request(f"{name}: expected true or false, got {json.dumps(value)[:40]}")
+        setattr(request.options, name, value)
+    return request
+
+
+def _hypothesis(h: pb.Hypothesis, attention: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"text": h.text, "score": h.score, "num_tokens": h.num_tokens,
+                           "stop_reason": pb.StopReason.Name(h.stop_reason).removeprefix("STOP_REASON_")}
+    if attention:
+        sources, targets = list(h.source_pieces), list(h.target_pieces)
+        weights = list(h.attention)
+        width = len(sources)
+        out["source_pieces"], out["target_pieces"] = sources, targets
+        # Row-major [target pieces x source pieces] on the wire; 6 decimals are plenty for a heat map.
+        out["attention"] = [[round(w, 6) for w in weights[i * width:(i + 1) * width]] for i in range(len(targets))] \
+            if width and len(weights) == width * len(targets) else []
+    return out
+
+
+# ---------------------------------------------------------------- errors as LibreTranslate answers them
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    if exc.status >= 500:
+        log.warning("%s %s: %d %s", request.method, request.url.path, exc.status, exc.message)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"error": exc.detail}, exc.status_code, headers=exc.headers)
+
+
+UNEXPECTED = {"error": "internal error in the gateway; its log has the details"}
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    # The last resort (a failure outside the endpoints): the traceback goes to the log
+    # (Starlette re-raises to uvicorn, which also closes the connection), never to the client.
+    return JSONResponse(UNEXPECTED, 500)
+
+
+def guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint, answering a failure it did not expect with 500 and the traceback in the log
+    only; the connection stays usable (an exception left to Starlette makes uvicorn close it)."""
+    @functools.wraps(endpoint)
+    async def run(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except (GatewayError, HTTPException):
+            raise  # answered by their handlers
+        except ClientDisconnect:  # gone while sending its body: nobody to answer
+            return Response(status_code=CLIENT_GONE)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return JSONResponse(UNEXPECTED, 500)
+    return run
+
+
+def create_app(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_token: str = "") -> Starlette:
+    gateway = Gateway(cfg, api_keys, grpc_token)
+    routes = [
+        Route("/translate", guarded(gateway.translate), methods=["POST"]),
+        Route("/languages", guarded(gateway.languages), methods=["GET"]),
+        Route("/v1/translate", guarded(gateway.v1_translate), methods=["POST"]),
+        Route("/v1/models", guarded(gateway.v1_models), methods=["GET"]),
+        Route("/healthz", guarded(gateway.healthz), methods=["GET"]),
+        Route("/readyz", guarded(gateway.readyz), methods=["GET"]),
+        Route("/", guarded(gateway.index), methods=["GET"]),
+        Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),
+    ]
+    app = Starlette(routes=routes, lifespan=gateway.lifespan, middleware=[Middleware(BodyLimit, cfg.max_body_bytes)],
+                    exception_handlers={GatewayError: _gateway_error, HTTPException: _http_error,
+                                        Exception: _unexpected})
+    app.state.gateway = gateway
+    return app

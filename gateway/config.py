@@ -1,0 +1,145 @@
+"""Gateway configuration: one frozen dataclass, set by flags or by the same names as
+environment variables (``--api-keys-file`` <-> ``NMT_HTTP_API_KEYS_FILE``); flags win.
+
+The secrets the settings name (the API keys, the gRPC bearer token) are read from their files
+by ``api_keys()`` and ``grpc_token()``; ``parse_args`` reads them once, so that a file that is
+missing, unreadable or empty stops the gateway at start-up with one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, exit_status_help
+from cli.settings import LOG_LEVELS, ConfigError, flag, one_of, setting
+from cli.settings import add_flags as _add_flags
+from cli.settings import values as _values
+
+ENV_PREFIX = "NMT_HTTP_"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    grpc_address: str = setting("127.0.0.1:50051", "the nmt-serve gRPC server (or the balancer in front of "
+                                                   "several), HOST:PORT")
+    host: str = setting("127.0.0.1", "address to listen on for HTTP: 127.0.0.1 for this machine only; 0.0.0.0 "
+                                     "or [::] for every interface (in a container)")
+    port: int = setting(5000, "HTTP port (LibreTranslate's); 0 picks a free one")
+    api_keys_file: str = setting("", "a file of API keys, one per line (blank lines and lines starting with # "
+                                     "are ignored): /translate and /v1/translate then need one of them as "
+                                     "api_key in the request body; without a file no key is needed")
+    grpc_token_file: str = setting("", "the bearer token of a server started with --auth-token-file, read from "
+                                       "this file (surrounding whitespace ignored) and sent as 'authorization: "
+                                       "Bearer TOKEN' on every call")
+    timeout: float = setting(30.0, "seconds a request may take: the deadline of its gRPC calls; a request's "
+                                   "X-Timeout-Seconds header may lower it")
+    max_body_bytes: int = setting(1024 * 1024, "the largest request body in bytes; a larger one is answered "
+                                               "413")
+    beam_size: int = setting(4, "beam size of /translate (LibreTranslate's API, which has no such option), "
+                                "raised to alternatives + 1 when more alternatives are asked for, at most the "
+                                "server's largest beam; /v1/translate takes beam_size per request")
+    log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        out = []
+        if not self.grpc_address.strip():
+            out.append(f"{flag('grpc_address')} is empty; give HOST:PORT of nmt-serve, such as 127.0.0.1:50051")
+        elif not _has_port(self.grpc_address):
+            out.append(f"{flag('grpc_address')} is {self.grpc_address!r}; give HOST:PORT, such as 127.0.0.1:50051")
+        if not self.host.strip():
+            out.append(f"{flag('host')} is empty; give an address such as 127.0.0.1")
+        if not 0 <= self.port <= 65535:
+            out.append(f"{flag('port')} is {self.port}; give a port from 1 to 65535, or 0 for a free one")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            out.append(f"{flag('timeout')} is {self.timeout}; it must be a number of seconds above 0")
+        if self.max_body_bytes < 1024:
+            out.append(f"{flag('max_body_bytes')} is {self.max_body_bytes}; it must be at least 1024")
+        if self.beam_size < 1:
+            out.append(f"{flag('beam_size')} is {self.beam_size}; it must be at least 1")
+        out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)
+        return out
+
+    def api_keys(self) -> frozenset[str]:
+        """The keys a translation request must carry one of; empty: no key needed."""
+        if not self.api_keys_file:
+            return frozenset()
+        keys = frozenset(line.strip() for line in _read(self.api_keys_file, "api_keys_file").splitlines()
+                         if line.strip() and not line.strip().startswith("#"))
+        if not keys:
+            raise ConfigError(f"{flag('api_keys_file')}: {self.api_keys_file} holds no key; put one key per line "
+                              f"(or leave {flag('api_keys_file')} out to need none)")
+        return keys
+
+    def grpc_token(self) -> str:
+        """The bearer token to send the gRPC server ("" = none)."""
+        if not self.grpc_token_file:
+            return ""
+        token = _read(self.grpc_token_file, "grpc_token_file").strip()
+        if not token or "\n" in token:
+            raise ConfigError(f"{flag('grpc_token_file')}: {self.grpc_token_file} must hold the token on one line")
+        return token
+
+
+def env_name(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+def _has_port(address: str) -> bool:
+    """HOST:PORT with a port from 1 to 65535 ([::1]:50051 too), or a gRPC target URI (unix:, dns:///...)."""
+    if address.startswith(("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")):
+        return True
+    _, sep, port = address.rpartition(":")
+    return bool(sep) and port.isdigit() and 1 <= int(port) <= 65535
+
+
+def _read(path: str, field_name: str) -> str:
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{flag(field_name)}: {path} is a directory; give a file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{flag(field_name)}: {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError(f"{flag(field_name)}: cannot read {path}: {reason}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flags, one per field of GatewayConfig, with the field's help and default (and its
+    environment variable). Flags default to None so that parse_args can tell a flag given
+    from one left to the environment or the default."""
+    p = ArgumentParser(prog="nmt-http", description="An HTTP gateway in front of nmt-serve: LibreTranslate's API "
+                       "(POST /translate, GET /languages), a JSON API with every decoding option (POST "
+                       "/v1/translate, GET /v1/models), health (/healthz, /readyz) and the web page (/).\n\n"
+                       "  nmt-http --grpc-address 127.0.0.1:50051 --port 5000",
+                       epilog="Every flag can also be set as an environment variable: --api-keys-file <-> "
+                              "NMT_HTTP_API_KEYS_FILE; flags win. "
+                              + exit_status_help(EXIT_FAILED, EXIT_USAGE, done="stopped by SIGTERM or Ctrl-C") + ".")
+    _add_flags(p, GatewayConfig, env_name)
+    return p
+
+
+def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """The configuration from the flags and the environment; a bad value (or a secrets file
+    that cannot be used) exits with status 2 and one line on stderr."""
+    environ = os.environ if environ is None else environ
+    p = build_parser()
+    args = p.parse_args(argv)
+    try:
+        cfg = GatewayConfig(**_values(args, GatewayConfig, environ, env_name))
+        cfg.api_keys()
+        cfg.grpc_token()
+    except ConfigError as e:
+        p.error(str(e))
+    return cfg

@@ -1,0 +1,101 @@
+"""``nmt-http``: the HTTP gateway in front of ``nmt-serve`` (see gateway/app.py for the API).
+
+    nmt-http --grpc-address 127.0.0.1:50051 --port 5000
+    nmt-http --api-keys-file keys.txt --grpc-token-file token.txt --timeout 20
+
+Served by uvicorn; SIGTERM or Ctrl-C stops taking connections and lets the requests in
+flight finish (within --timeout: none lasts longer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import logging
+import signal
+import socket
+import sys
+
+import uvicorn
+
+from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
+from gateway.app import create_app
+from gateway.config import ConfigError, GatewayConfig, parse_args
+
+log = logging.getLogger("nmt.http")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (port 0: a free one); OSError says why it cannot be."""
+    family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]") or None, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart does not wait out TIME_WAIT
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def cannot_listen(host: str, port: int, error: OSError) -> str:
+    """One line: which address could not be bound, why, and what to change."""
+    head = f"cannot listen for HTTP on {host}:{port}"
+    if isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL:
+        return (f"{head}: {host} is not an address of this machine; pass --host 127.0.0.1 (this machine only) or "
+                f"--host 0.0.0.0 (every interface)")
+    if error.errno == errno.EADDRINUSE:
+        return f"{head}: the port is already in use; stop that process or pass another --port (0 picks a free one)"
+    if error.errno == errno.EACCES:
+        return f"{head}: permission denied (ports below 1024 need privileges); pass another --port"
+    return f"{head}: {error.strerror or error}"
+
+
+def server(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_token: str = "") -> uvicorn.Server:
+    """The uvicorn server of the gateway (run it with ``.run(sockets=[listen(...)])``)."""
+    app = create_app(cfg, api_keys, grpc_token)
+    # log_config=None: uvicorn's loggers go to the root logger, in the project's format.
+    return uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=cfg.log_level.lower(), lifespan="on",
+                                         timeout_graceful_shutdown=int(cfg.timeout) + 1, server_header=False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        keys, token = cfg.api_keys(), cfg.grpc_token()  # read again: parse_args checked them
+    except ConfigError as e:
+        return fail("nmt-http", str(e), EXIT_USAGE)
+    log.info("configuration: %s (%d API keys)", json.dumps(dataclasses.asdict(cfg), sort_keys=True),
+             len(keys))
+    try:
+        sock = listen(cfg.host, cfg.port)
+    except OSError as e:
+        return fail("nmt-http", cannot_listen(cfg.host, cfg.port, e), EXIT_USAGE)
+    host, port = sock.getsockname()[:2]
+    log.info("serving HTTP on %s:%d", host, port)
+    s = server(cfg, keys, token)
+    # uvicorn handles SIGTERM and SIGINT while it runs (a graceful shutdown), then restores these
+    # handlers and raises the signal again: a SIGTERM then ends the process with status 0, as
+    # nmt-serve's does, instead of being killed by it (status -15); a SIGINT is a KeyboardInterrupt.
+    signal.signal(signal.SIGTERM, _stopped)
+    try:
+        s.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return EXIT_OK if s.started else EXIT_FAILED
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

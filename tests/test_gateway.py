@@ -1,0 +1,598 @@
+"""The HTTP gateway (nmt-http) against the real stack on localhost: uvicorn serving the gateway
+on a free port (in a thread, or as the command), a real gRPC server with the tiny model
+behind it, real HTTP requests (httpx, and a raw socket for a client that goes away)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2
+
+from cli import EXIT_OK, EXIT_USAGE, options_without_help
+from gateway.app import STATIC_DIR
+from gateway.config import GatewayConfig, build_parser, parse_args
+from gateway.html_text import HtmlText
+from gateway.main import listen
+from gateway.main import server as gateway_server
+from nmt.v1 import translator_pb2 as pb
+from tests.server_harness import TEXTS, ServerThread, request
+
+ROOT = Path(__file__).resolve().parents[1]
+LONG = "All things were made through him. Without him was not anything made that has been made."
+STOP = {pb.STOP_REASON_UNSPECIFIED: "UNSPECIFIED", pb.STOP_REASON_END_OF_SENTENCE: "END_OF_SENTENCE",
+        pb.STOP_REASON_LENGTH_LIMIT: "LENGTH_LIMIT"}
+
+
+class GatewayThread:
+    """The gateway as nmt-http runs it (uvicorn on a socket bound by gateway.main.listen), in a thread."""
+
+    def __init__(self, cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_token: str = "") -> None:
+        self.sock = listen("127.0.0.1", 0)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = gateway_server(cfg, api_keys, grpc_token)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started, 10)
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+
+    def stop(self) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+def wait_until(cond, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metric(server: ServerThread, name: str) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{server.running.metrics_port}/metrics", timeout=5).read()
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_package):
+    s = ServerThread(tiny_package, max_chars=500)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def gw(server):
+    g = GatewayThread(GatewayConfig(grpc_address=server.address))
+    yield g
+    g.stop()
+
+
+@pytest.fixture(scope="module")
+def http(gw) -> httpx.Client:
+    return gw.client
+
+
+@pytest.fixture(scope="module")
+def narrow(tiny_package):
+    """A server decoding 8 rows at a time (one beam of 8), and its gateway: a request of many
+    texts takes seconds there, which the deadline and disconnect tests need to be sure that the
+    work was stopped, not finished."""
+    s = ServerThread(tiny_package, max_batch_rows=8)
+    g = GatewayThread(GatewayConfig(grpc_address=s.address))
+    yield s, g
+    g.stop()
+    s.stop()
+
+
+def grpc_translate(server: ServerThread, *texts: str, **options) -> pb.TranslateResponse:
+    return server.stub().Translate(request(*texts, **options))
+
+
+# ---------------------------------------------------------------- LibreTranslate's API
+def test_translate_json_form_and_multipart_give_the_servers_translation(server, http):
+    expected = grpc_translate(server, "Jesus wept.", beam_size=4).translations[0].hypotheses[0].text
+    assert expected
+    fields = {"q": "Jesus wept.", "source": "en", "target": "de"}
+    answers = [http.post("/translate", json=fields),
+               http.post("/translate", data=fields),  # application/x-www-form-urlencoded
+               http.post("/translate", files={k: (None, v) for k, v in fields.items()})]  # multipart/form-data
+    assert [r.headers["content-type"].split(";")[0] for r in answers[1:]] == ["application/json"] * 2
+    for r in answers:
+        assert (r.status_code, r.json()) == (200, {"translatedText": expected})
+    # Upper-case and padded codes are the same languages; the query string is read as LibreTranslate reads it.
+    r = http.post("/translate", params={"source": " EN "}, data={"q": "Jesus wept.", "target": "De"})
+    assert (r.status_code, r.json()) == (200, {"translatedText": expected})
+
+
+def test_a_list_q_gives_a_list_in_order(server, http):
+    expected = [t.hypotheses[0].text for t in grpc_translate(server, *TEXTS, beam_size=4).translations]
+    r = http.post("/translate", json={"q": TEXTS, "source": "en", "target": "de"})
+    assert (r.status_code, r.json()) == (200, {"translatedText": expected})
+    # A form field given twice is a list too.
+    r = http.post("/translate", data={"q": TEXTS[:2], "source": "en", "target": "de"})
+    assert (r.status_code, r.json()) == (200, {"translatedText": expected[:2]})
+
+
+def test_alternatives_are_the_other_hypotheses_without_repeats(server, http):
+    [t] = grpc_translate(server, TEXTS[1], beam_size=4, num_hypotheses=3).translations
+    best = t.hypotheses[0].text
+    others = []
+    for h in t.hypotheses[1:]:
+        if h.text not in (best, "", *others):
+            others.append(h.text)
+    r = http.post("/translate", json={"q": TEXTS[1], "source": "en", "target": "de", "alternatives": 2})
+    assert (r.status_code, r.json()) == (200, {"translatedText": best, "alternatives": others})
+    # A list: a list of lists; the form's alternatives is a string.
+    r = http.post("/translate", data={"q": [TEXTS[1], TEXTS[1]], "source": "en", "target": "de", "alternatives": "2"})
+    assert (r.status_code, r.json()) == (200, {"translatedText": [best, best], "alternatives": [others, others]})
+    # More alternatives than beam 4 holds: the beam grows to alternatives + 1.
+    [t] = grpc_translate(server, TEXTS[1], beam_size=6, num_hypotheses=6).translations
+    r = http.post("/translate", json={"q": TEXTS[1], "source": "en", "target": "de", "alternatives": 5})
+    assert r.status_code == 200 and r.json()["translatedText"] == t.hypotheses[0].text
+    assert len(r.json()["alternatives"]) <= 5
+    # The server's largest beam is 8: 7 alternatives at most; not a number: 400.
+    r = http.post("/translate", json={"q": "Jesus wept.", "source": "en", "target": "de", "alternatives": 8})
+    assert (r.status_code, r.json()) == (400, {"error": "Invalid request: alternatives parameter must be <= 7"})
+    r = http.post("/translate", json={"q": "Jesus wept.", "source": "en", "target": "de", "alternatives": "many"})
+    assert (r.status_code, r.json()) == (400, {"error": "Invalid request: alternatives parameter is not a number"})
+
+
+def test_html_keeps_markup_and_translates_the_text_as_alone(http):
+    def alone(text: str) -> str:
+        r = http.post("/translate", json={"q": text, "source": "en", "target": "de"})
+        assert r.status_code == 200
+        return r.json()["translatedText"]
+
+    page = ('<!DOCTYPE html><p class="verse" title="Jesus wept.">Jesus wept.</p>\n'
+            '<script>var s = "Jesus wept.";</script><style>p { color: red }</style>'
+            '<ul>\n  <li>Peace be with you.</li><li>He said, &amp; then&nbsp;more</li><!-- Jesus wept. --></ul><br/>')
+    expected = ('<!DOCTYPE html><p class="verse" title="Jesus wept.">' + escape(alone("Jesus wept.")) + '</p>\n'
+                '<script>var s = "Jesus wept.";</script><style>p { color: red }</style>'
+                '<ul>\n  <li>' + escape(alone("Peace be with you.")) + '</li><li>'
+                + escape(alone("He said, & then\xa0more")).replace("\xa0", "&nbsp;")
+                + '</li><!-- Jesus wept. --></ul><br/>')
+    r = http.post("/translate", json={"q": page, "source": "en", "target": "de", "format": "html"})
+    assert (r.status_code, r.json()) == (200, {"translatedText": expected})
+    # A list of documents; alternatives are not given for html (as LibreTranslate does).
+    r = http.post("/translate", json={"q": [page, "<b>Jesus wept.</b>"], "source": "en", "target": "de",
+                                      "format": "html", "alternatives": 2})
+    assert (r.status_code, r.json()) == (200, {"translatedText": [expected, f"<b>{escape(alone('Jesus wept.'))}</b>"],
+                                               "alternatives": [[], []]})
+
+
+def test_html_text_scanner_gives_back_what_it_was_given():
+    for source in ["", "plain", "<p>unclosed", '<a href="x?a=1&amp;b=2">A &lt;b&gt; &#8212; c</a>', "<br/>  \n ",
+                   "<!-- only a comment -->", "<p>1 2 3</p>", "<div>&nbsp;</div>", "<p>Tom &amp; Jerry</p>"]:
+        doc = HtmlText(source)
+        assert doc.render(doc.texts) == source, source
+    assert HtmlText("<p>1 2 3</p><div>&nbsp;</div>").texts == []  # nothing with a letter: nothing to translate
+    doc = HtmlText('<a href="x">A &lt;b&gt; &#8212; c</a>')
+    assert doc.texts == ["A <b> \u2014 c"]
+    assert doc.render(["X <y> \u2014 & z"]) == '<a href="x">X &lt;y&gt; &#8212; &amp; z</a>'
+
+
+def test_languages_lists_every_pair_of_every_model(http):
+    r = http.get("/languages")
+    assert (r.status_code, r.json()) == (200, [{"code": "de", "name": "German", "targets": ["en"]},
+                                               {"code": "en", "name": "English", "targets": ["de"]}])
+
+
+def test_source_auto_is_refused_with_the_codes_to_give(http):
+    r = http.post("/translate", json={"q": "Jesus wept.", "source": "auto", "target": "de"})
+    assert (r.status_code, r.json()) == (400, {"error": "source 'auto' (language detection) is not supported; give "
+                                                        "one of: de, en"})
+
+
+def test_bad_requests_are_400_with_the_reason(server, http):
+    base = {"q": "Jesus wept.", "source": "en", "target": "de"}
+    cases = [
+        ({k: v for k, v in base.items() if k != "q"}, "Invalid request: missing q parameter"),
+        ({**base, "q": ""}, "Invalid request: missing q parameter"),
+        ({**base, "q": []}, "Invalid request: missing q parameter"),
+        ({**base, "q": ["a", 3]}, "Invalid request: q must be a string or a list of strings"),
+        ({k: v for k, v in base.items() if k != "source"}, "Invalid request: missing source parameter"),
+        ({**base, "target": ""}, "Invalid request: missing target parameter"),
+        ({**base, "target": 7}, "Invalid request: target must be a language code such as en"),
+        ({**base, "format": "xml"}, "Invalid request: 'xml' format is not supported; give text or html"),
+    ]
+    for body, message in cases:
+        r = http.post("/translate", json=body)
+        assert (r.status_code, r.json()) == (400, {"error": message}), body
+    # The server's INVALID_ARGUMENT passes through: an unknown pair, a text over its 500 characters.
+    for body in ({**base, "target": "fr"}, {**base, "q": "a" * 600}):
+        with pytest.raises(grpc.RpcError) as e:
+            grpc_translate(server, body["q"], tgt=body["target"])
+        r = http.post("/translate", json=body)
+        assert (r.status_code, r.json()) == (400, {"error": e.value.details()})
+    assert e.value.details() == "texts[0]: 600 characters; the limit is 500"
+    r = http.post("/translate", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"].startswith("Invalid JSON format: ")
+    r = http.post("/translate", json=["a list"])
+    assert (r.status_code, r.json()) == (400, {"error": "Invalid JSON format: the body must be a JSON object"})
+    r = http.post("/translate", content=b"Jesus wept.", headers={"content-type": "text/plain"})
+    assert (r.status_code, r.json()) == (400, {"error": "Invalid request: unsupported Content-Type 'text/plain'; send "
+                                                        "application/json, application/x-www-form-urlencoded or "
+                                                        "multipart/form-data"})
+    r = http.post("/translate", files={"q": ("q.txt", b"Jesus wept."), "source": (None, "en"), "target": (None, "de")})
+    assert (r.status_code, r.json()) == (400, {"error": "Invalid request: q must be a form field, not a file"})
+
+
+# ---------------------------------------------------------------- our JSON API
+def as_json(h: pb.Hypothesis, attention: bool) -> dict:
+    """The contract of /v1/translate's hypotheses, written out independently of the gateway."""
+    out = {"text": h.text, "score": h.score, "num_tokens": h.num_tokens, "stop_reason": STOP[h.stop_reason]}
+    if attention:
+        n = len(h.source_pieces)
+        rows = [[round(w, 6) for w in h.attention[i * n:(i + 1) * n]] for i in range(len(h.target_pieces))]
+        out |= {"source_pieces": list(h.source_pieces), "target_pieces": list(h.target_pieces),
+                "attention": rows if n else []}
+    return out
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_v1_translate_gives_every_hypothesis_and_segment(server, http, attention):
+    texts = ["Jesus wept.", "Jesus wept. Peace be with you.", ""]
+    options = {"beam_size": 4, "num_hypotheses": 2, "return_scores": True, "return_attention": attention,
+               "length_penalty": 1.0, "max_output_tokens": 40}
+    response = grpc_translate(server, *texts, **options)
+    expected = {"model": "tiny", "translations": [
+        {"hypotheses": [as_json(h, attention) for h in t.hypotheses],
+         "segments": [{"source": s.source, "start": s.start, "end": s.end,
+                       "hypotheses": [as_json(h, attention) for h in s.hypotheses]} for s in t.segments]}
+        for t in response.translations]}
+    r = http.post("/v1/translate", json={"q": texts, "source": "en", "target": "de", **options})
+    assert (r.status_code, r.json()) == (200, expected)
+    body = r.json()
+    assert [len(t["segments"]) for t in body["translations"]] == [1, 2, 0]
+    assert body["translations"][2]["hypotheses"] == [{"text": "", "score": 0.0, "num_tokens": 0,
+                                                      "stop_reason": "UNSPECIFIED",
+                                                      **({"source_pieces": [], "target_pieces": [], "attention": []}
+                                                         if attention else {})}]
+    if attention:  # one sentence: the matrix is the text's, [target pieces x source pieces]
+        h = body["translations"][0]["hypotheses"][0]
+        assert len(h["attention"]) == len(h["target_pieces"]) > 0
+        assert {len(row) for row in h["attention"]} == {len(h["source_pieces"])}
+    # A string q is one translation; the model can be named.
+    r = http.post("/v1/translate", json={"q": "Jesus wept.", "source": "en", "target": "de", "model": "tiny"})
+    assert r.status_code == 200 and len(r.json()["translations"]) == 1
+
+
+def test_v1_translate_refuses_what_it_does_not_know(http):
+    base = {"q": "Jesus wept.", "source": "en", "target": "de"}
+    cases = [
+        ({**base, "beam": 4, "foo": 1}, "unknown keys: 'beam', 'foo'; known: q, source, target, model, beam_size, "
+                                        "num_hypotheses, max_output_tokens, length_penalty, return_scores, "
+                                        "return_attention, no_sentence_split, api_key"),
+        ({k: v for k, v in base.items() if k != "q"}, "missing q: give a string or a list of strings"),
+        ({**base, "q": 5}, "q: expected a string or a list of strings"),
+        ({**base, "source": ""}, "missing source: expected a language code such as en"),
+        ({**base, "target": ["de"]}, "target: expected a language code such as en"),
+        ({**base, "model": 1}, "model: expected a model's name (a string)"),
+        ({**base, "beam_size": "4"}, 'beam_size: expected a whole number of 0 or more, got "4"'),
+        ({**base, "num_hypotheses": -1}, "num_hypotheses: expected a whole number of 0 or more, got -1"),
+        ({**base, "max_output_tokens": True}, "max_output_tokens: expected a whole number of 0 or more, got true"),
+        ({**base, "length_penalty": "high"}, 'length_penalty: expected a number, got "high"'),
+        ({**base, "return_scores": 1}, "return_scores: expected true or false, got 1"),
+        # The server's own checks pass through.
+        ({**base, "beam_size": 99}, "options.beam_size: 99; the limit is 8"),
+        ({**base, "beam_size": 2, "num_hypotheses": 3}, "options.num_hypotheses: 3 is more than beam_size 2"),
+        ({**base, "model": "nope"}, "unknown model 'nope'; loaded: tiny"),
+    ]
+    for body, message in cases:
+        r = http.post("/v1/translate", json=body)
+        assert (r.status_code, r.json()) == (400, {"error": message}), body
+
+
+def test_v1_models_is_list_models(server, http):
+    [m] = server.stub().ListModels(pb.ListModelsRequest()).models
+    r = http.get("/v1/models")
+    assert r.status_code == 200
+    assert r.json() == {"models": [{
+        "name": "tiny", "pairs": list(m.pairs), "device": "cpu", "variant": m.variant, "device_resident": False,
+        "limits": {"max_texts_per_request": 64, "max_chars_per_text": 500, "max_tokens_per_text": m.max_tokens_per_text,
+                   "max_beam_size": 8, "max_output_tokens": m.max_output_tokens,
+                   "max_sentences_per_request": m.max_sentences_per_request,
+                   "max_tokens_per_request": m.max_tokens_per_request}}]}
+    assert sorted(m.pairs) == ["de-en", "en-de"]
+
+
+# ---------------------------------------------------------------- health, page, HTTP errors
+def test_health_and_readiness_follow_the_server(server, http):
+    assert (http.get("/healthz").status_code, http.get("/healthz").json()) == (200, {"status": "ok"})
+    r = http.get("/readyz")
+    assert (r.status_code, r.json()) == (200, {"status": "SERVING"})
+    server.call(server.running.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING))
+    try:
+        r = http.get("/readyz")
+        assert (r.status_code, r.json()) == (503, {"status": "NOT_SERVING"})
+    finally:
+        server.call(server.running.health.set("", health_pb2.HealthCheckResponse.SERVING))
+    assert http.get("/readyz").status_code == 200
+
+
+def test_no_server_is_503_and_not_ready():
+    port = free_port()  # nothing listens there
+    g = GatewayThread(GatewayConfig(grpc_address=f"127.0.0.1:{port}"))
+    try:
+        assert g.client.get("/healthz").status_code == 200  # the gateway itself is up
+        r = g.client.get("/readyz")
+        assert r.status_code == 503 and r.json()["status"] == "UNREACHABLE"
+        assert r.json()["error"].startswith("UNAVAILABLE: ")
+        for r in (g.client.post("/translate", json={"q": "Jesus wept.", "source": "en", "target": "de"}),
+                  g.client.post("/v1/translate", json={"q": "Jesus wept.", "source": "en", "target": "de"}),
+                  g.client.get("/languages"), g.client.get("/v1/models")):
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            assert r.json()["error"].startswith(f"the translation server at 127.0.0.1:{port} is unavailable: ")
+            assert "Traceback" not in r.text
+        # source auto without a server to ask for the codes
+        r = g.client.post("/translate", json={"q": "Jesus wept.", "source": "auto", "target": "de"})
+        assert (r.status_code, r.json()) == (400, {"error": "source 'auto' (language detection) is not supported; "
+                                                            "give the source language's code"})
+    finally:
+        g.stop()
+
+
+def test_an_unexpected_failure_is_500_without_a_traceback(http, monkeypatch):
+    def broken(t):
+        raise RuntimeError("a bug in the gateway")
+
+    monkeypatch.setattr("gateway.app._best", broken)
+    r = http.post("/translate", json={"q": "Jesus wept.", "source": "en", "target": "de"})
+    assert (r.status_code, r.json()) == (500, {"error": "internal error in the gateway; its log has the details"})
+
+
+def test_the_page_and_static_files(http):
+    r = http.get("/")
+    assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
+    assert r.content == (STATIC_DIR / "index.html").read_bytes()
+    for name in sorted(p.name for p in STATIC_DIR.iterdir() if p.is_file()):
+        r = http.get(f"/static/{name}")
+        assert (r.status_code, r.content) == (200, (STATIC_DIR / name).read_bytes())
+    assert (http.get("/static/nothing.js").status_code, http.get("/static/nothing.js").json()) == \
+        (404, {"error": "Not Found"})
+    assert (http.get("/nothing").status_code, http.get("/nothing").json()) == (404, {"error": "Not Found"})
+    r = http.get("/translate")
+    assert (r.status_code, r.json()) == (405, {"error": "Method Not Allowed"})
+
+
+# ---------------------------------------------------------------- API keys, the server's token
+def test_api_keys_are_needed_when_configured(server, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# the gateway's users\nk-alice\n\n  k-bob  \n")
+    cfg = parse_args(["--grpc-address", server.address, "--api-keys-file", str(keys)], {})
+    g = GatewayThread(cfg, cfg.api_keys())
+    try:
+        body = {"q": "Jesus wept.", "source": "en", "target": "de"}
+        r = g.client.post("/translate", json=body)
+        assert (r.status_code, r.json()) == (403, {"error": "Invalid request: missing api_key parameter (this server "
+                                                            "needs an API key; ask its operator for one)"})
+        for wrong in ("k-eve", "k-alic", "k-alice ", "# the gateway's users"):
+            r = g.client.post("/translate", json={**body, "api_key": wrong})
+            assert (r.status_code, r.json()) == (403, {"error": "Invalid API key"}), wrong
+        assert g.client.post("/translate", json={**body, "api_key": "k-alice"}).status_code == 200
+        assert g.client.post("/translate", data={**body, "api_key": "k-bob"}).status_code == 200
+        assert g.client.post("/translate", files={k: (None, v) for k, v in {**body, "api_key": "k-bob"}.items()}
+                             ).status_code == 200
+        assert g.client.post("/v1/translate", json=body).status_code == 403
+        assert g.client.post("/v1/translate", json={**body, "api_key": "k-bob"}).status_code == 200
+        # Languages, models and health need no key (as LibreTranslate's /languages).
+        assert [g.client.get(p).status_code for p in ("/languages", "/v1/models", "/readyz")] == [200, 200, 200]
+    finally:
+        g.stop()
+
+
+def test_the_servers_bearer_token_is_sent(tiny_package, tmp_path):
+    s = ServerThread(tiny_package, auth_token="s3cret")
+    (tmp_path / "token").write_text("s3cret\n")
+    without = GatewayThread(GatewayConfig(grpc_address=s.address))
+    cfg = GatewayConfig(grpc_address=s.address, grpc_token_file=str(tmp_path / "token"))
+    with_token = GatewayThread(cfg, grpc_token=cfg.grpc_token())
+    try:
+        body = {"q": "Jesus wept.", "source": "en", "target": "de"}
+        r = without.client.post("/translate", json=body)
+        assert (r.status_code, r.json()) == (500, {"error": "the translation server refused the gateway "
+                                                            "(UNAUTHENTICATED: missing or wrong bearer token); its "
+                                                            "operator must check --grpc-token-file"})
+        assert without.client.get("/readyz").status_code == 200  # health needs no token
+        assert with_token.client.post("/translate", json=body).status_code == 200
+        assert with_token.client.get("/languages").status_code == 200
+    finally:
+        without.stop()
+        with_token.stop()
+        s.stop()
+
+
+# ---------------------------------------------------------------- load, size, time, disconnects
+def test_a_saturated_server_is_429(tiny_package):
+    s = ServerThread(tiny_package, max_queue=1, max_batch_rows=1, max_texts=1, max_beam=1)
+    g = GatewayThread(GatewayConfig(grpc_address=s.address))
+    try:
+        body = {"q": LONG, "source": "en", "target": "de", "max_output_tokens": 100, "no_sentence_split": True}
+        with httpx.Client(base_url=g.url, timeout=60, limits=httpx.Limits(max_connections=32)) as client, \
+                concurrent.futures.ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda _: client.post("/v1/translate", json=body), range(16)))
+        statuses = [r.status_code for r in answers]
+        assert set(statuses) == {200, 429}, statuses
+        for r in answers:
+            if r.status_code == 429:
+                assert r.json() == {"error": "server busy: the queue of model tiny is full (1 texts waiting); retry "
+                                             "with backoff"}
+                assert r.headers["retry-after"] == "1"
+    finally:
+        g.stop()
+        s.stop()
+
+
+def test_a_body_over_the_limit_is_413(server):
+    g = GatewayThread(GatewayConfig(grpc_address=server.address, max_body_bytes=4096))
+    try:
+        error = {"error": "the request body is larger than this gateway's limit of 4096 bytes"}
+        big = {"q": "Jesus wept. " * 400, "source": "en", "target": "de"}
+        r = g.client.post("/translate", json=big)  # by its Content-Length
+        assert (r.status_code, r.json()) == (413, error)
+        r = g.client.post("/v1/translate", content=(json.dumps(big)[i:i + 1000].encode() for i in range(0, 5000, 1000)),
+                          headers={"content-type": "application/json"})  # chunked: by the bytes read
+        assert r.request.headers["transfer-encoding"] == "chunked"
+        assert (r.status_code, r.json()) == (413, error)
+        r = g.client.post("/translate", data=big)
+        assert (r.status_code, r.json()) == (413, error)
+        # Under the limit: fine.
+        assert g.client.post("/translate", json={**big, "q": "Jesus wept."}).status_code == 200
+    finally:
+        g.stop()
+
+
+def test_deadline_is_504_and_frees_the_servers_rows(narrow):
+    server, gw = narrow
+    heavy = {"q": [LONG] * 16, "source": "en", "target": "de", "beam_size": 8, "max_output_tokens": 200}
+    r = gw.client.post("/v1/translate", json=heavy, headers={"X-Timeout-Seconds": "0.1"})
+    assert (r.status_code, r.json()) == (504, {"error": "deadline exceeded: the translation server did not answer "
+                                                        "within 0.1 s"})
+    wait_until(lambda: server.scheduler.in_flight == 0 and server.scheduler.queued == 0, 5)
+    for bad in ("soon", "0", "-1", "nan"):
+        r = gw.client.post("/v1/translate", json=heavy, headers={"X-Timeout-Seconds": bad})
+        assert (r.status_code, r.json()) == (400, {"error": f"X-Timeout-Seconds: {bad!r} is not a number of seconds "
+                                                            f"above 0"})
+    # The header can only lower --timeout.
+    g = GatewayThread(GatewayConfig(grpc_address=server.address, timeout=0.1))
+    try:
+        r = g.client.post("/v1/translate", json=heavy, headers={"X-Timeout-Seconds": "100"})
+        assert (r.status_code, r.json()) == (504, {"error": "deadline exceeded: the translation server did not "
+                                                            "answer within 0.1 s"})
+    finally:
+        g.stop()
+    wait_until(lambda: server.scheduler.in_flight == 0 and server.scheduler.queued == 0, 5)
+
+
+def test_a_client_that_goes_away_cancels_its_grpc_call(narrow):
+    server, gw = narrow
+    cancelled = 'nmt_requests_total{code="CANCELLED",method="Translate"}'
+    before = metric(server, cancelled)
+    body = json.dumps({"q": [LONG] * 64, "source": "en", "target": "de", "beam_size": 8,
+                       "max_output_tokens": 200}).encode()  # seconds of work, 8 rows at a time
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        wait_until(lambda: server.scheduler.in_flight > 0, 10)
+    gone = time.monotonic()
+    wait_until(lambda: server.scheduler.in_flight == 0 and server.scheduler.queued == 0, 2.0)
+    assert time.monotonic() - gone < 2.0
+    wait_until(lambda: metric(server, cancelled) == before + 1, 2.0)  # the call was cancelled, not finished
+
+
+def test_a_client_gone_while_sending_its_body_is_let_go(http, gw, caplog):
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"q\": ")
+        time.sleep(0.2)
+    time.sleep(0.3)
+    assert http.get("/healthz").status_code == 200
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+# ---------------------------------------------------------------- configuration and the command
+@pytest.mark.parametrize("argv, environ, message", [
+    (["--port", "70000"], {}, "--port is 70000; give a port from 1 to 65535, or 0 for a free one"),
+    (["--timeout", "0"], {}, "--timeout is 0.0; it must be a number of seconds above 0"),
+    (["--max-body-bytes", "10"], {}, "--max-body-bytes is 10; it must be at least 1024"),
+    (["--beam-size", "0"], {}, "--beam-size is 0; it must be at least 1"),
+    (["--log-level", "loud"], {}, "--log-level is 'loud'; it must be DEBUG, INFO, WARNING or ERROR"),
+    (["--grpc-address", "localhost"], {}, "--grpc-address is 'localhost'; give HOST:PORT, such as 127.0.0.1:50051"),
+    (["--host", " "], {}, "--host is empty; give an address such as 127.0.0.1"),
+    ([], {"NMT_HTTP_TIMEOUT": "soon"}, "NMT_HTTP_TIMEOUT='soon': expected a number"),
+    (["--api-keys-file", "/nonexistent/keys"], {}, "--api-keys-file: /nonexistent/keys does not exist"),
+    ([], {"NMT_HTTP_GRPC_TOKEN_FILE": "/"}, "--grpc-token-file: / is a directory; give a file"),
+])
+def test_bad_configuration_is_one_line_and_exit_2(argv, environ, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(argv, environ)
+    assert e.value.code == EXIT_USAGE
+    assert capsys.readouterr().err == f"nmt-http: error: {message} (see nmt-http --help)\n"
+
+
+def test_a_keys_file_without_keys_is_refused(tmp_path, capsys):
+    (tmp_path / "keys").write_text("# none yet\n\n")
+    with pytest.raises(SystemExit):
+        parse_args(["--api-keys-file", str(tmp_path / "keys")], {})
+    assert capsys.readouterr().err == (f"nmt-http: error: --api-keys-file: {tmp_path / 'keys'} holds no key; put one "
+                                       f"key per line (or leave --api-keys-file out to need none) (see nmt-http "
+                                       f"--help)\n")
+
+
+def test_environment_sets_and_flags_win(tmp_path):
+    (tmp_path / "keys").write_text("k1\n")
+    cfg = parse_args(["--port", "8080"], {"NMT_HTTP_PORT": "9000", "NMT_HTTP_GRPC_ADDRESS": "srv:50051",
+                                          "NMT_HTTP_API_KEYS_FILE": str(tmp_path / "keys"),
+                                          "NMT_HTTP_TIMEOUT": "2.5"})
+    assert cfg == GatewayConfig(grpc_address="srv:50051", port=8080, api_keys_file=str(tmp_path / "keys"), timeout=2.5)
+    assert cfg.api_keys() == frozenset({"k1"})
+    assert parse_args([], {}) == GatewayConfig()
+    assert GatewayConfig().grpc_address == "127.0.0.1:50051" and (GatewayConfig().host, GatewayConfig().port) == \
+        ("127.0.0.1", 5000)
+    parser = build_parser()
+    assert parser.prog == "nmt-http" and options_without_help(parser) == []
+    help_text = " ".join(parser.format_help().split())
+    assert "exit status: 0 stopped by SIGTERM or Ctrl-C; 1 failed while running" in help_text
+
+
+def test_the_command_serves_and_stops_on_sigterm(server):
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NMT_HTTP_GRPC_ADDRESS": server.address}
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.main", "--port", str(port)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def ready() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(ready, 30)
+        r = httpx.post(f"http://127.0.0.1:{port}/translate", json={"q": "Jesus wept.", "source": "en", "target": "de"})
+        assert r.status_code == 200
+        # A second gateway on the same port: one line, exit 2.
+        busy = subprocess.run([sys.executable, "-m", "gateway.main", "--port", str(port)], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert busy.returncode == EXIT_USAGE
+        assert busy.stderr.splitlines()[-1] == (f"nmt-http: error: cannot listen for HTTP on 127.0.0.1:{port}: the "
+                                                f"port is already in use; stop that process or pass another --port "
+                                                f"(0 picks a free one)")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == EXIT_OK
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in proc.stderr.read()
