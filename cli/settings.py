@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
-from dataclasses import field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -20,6 +20,20 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 class ConfigError(ValueError):
     """A configuration the command must not start with; the message names every problem."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The base of a command's settings dataclass: checked when made, every problem at once."""
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every setting the command must not start with, as sentences naming the flag."""
+        return []
 
 
 def setting(default: Any, help: str) -> Any:

@@ -90,7 +90,11 @@ class Runtime:
                 if options.device == "cuda":
                     raise DeviceError(f"--device cuda: {why}")
                 self.fallback_reason = why
-                log.warning("CUDA not used, serving on the CPU: %s", why)
+                # A CPU-only build (the onnxruntime package) on auto is the expected CPU install:
+                # said once at INFO. A CUDA build whose provider did not attach is a GPU host
+                # serving on the CPU by accident: a warning.
+                cpu_build = CUDA not in ort.get_available_providers()
+                (log.info if cpu_build else log.warning)("CUDA not used, serving on the CPU: %s", why)
         if self.device == "cpu":
             variant = options.variant or ("int8" if options.int8 and "int8" in package.variants else "fp32")
             self._open(package, variant, [CPU], options)

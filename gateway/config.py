@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, exit_status_help
-from cli.settings import LOG_LEVELS, ConfigError, flag, one_of, setting
+from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
 
@@ -24,7 +24,7 @@ ENV_PREFIX = "NMT_HTTP_"
 
 
 @dataclass(frozen=True)
-class GatewayConfig:
+class GatewayConfig(Settings):
     grpc_address: str = setting("127.0.0.1:50051", "the nmt-serve gRPC server (or the balancer in front of "
                                                    "several), HOST:PORT")
     host: str = setting("127.0.0.1", "address to listen on for HTTP: 127.0.0.1 for this machine only; 0.0.0.0 "
@@ -44,11 +44,6 @@ class GatewayConfig:
                                 "raised to alternatives + 1 when more alternatives are asked for, at most the "
                                 "server's largest beam; /v1/translate takes beam_size per request")
     log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
-
-    def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise ConfigError("; ".join(problems))
 
     def problems(self) -> list[str]:
         out = []

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, exit_status_help
-from cli.settings import LOG_LEVELS, ConfigError, flag, one_of, setting
+from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
 from engine.defaults import DEVICES, RESIDENT_MODES
@@ -21,7 +21,7 @@ SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_senten
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(Settings):
     model: tuple[str, ...] = setting((), "a model package to serve: DIR or NAME=DIR, the directory nmt-export "
                                          "wrote (repeatable; the first is the default model)")
     host: str = setting("127.0.0.1", "address to listen on: 127.0.0.1 for this machine only; 0.0.0.0 or [::] "
@@ -63,11 +63,6 @@ class ServerConfig:
     max_concurrent_rpcs: int = setting(1024, "calls handled at once; the excess gets RESOURCE_EXHAUSTED at once "
                                              "(health included)")
     log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
-
-    def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise ConfigError("; ".join(problems))
 
     def problems(self) -> list[str]:
         """Every setting that would make the server start SERVING and then fail requests."""
