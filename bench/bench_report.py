@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-VERSIONED = ("torch", "onnxruntime", "ctranslate2", "numpy", "grpcio")
+VERSIONED = ("torch", "onnxruntime", "ctranslate2", "transformers", "optimum", "numpy", "grpcio")
 
 
 def machine() -> dict[str, Any]:

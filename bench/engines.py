@@ -16,7 +16,10 @@ what CUDA runs, forced on the CPU to measure its cost there), ``ct2-fp32`` / ``c
 (CTranslate2 on the converted checkpoint; int8 is quantised from the fp32 weights when
 loaded). On ``--device cuda`` (``CUDA_ENGINES``): ``pytorch-cache``, ``onnx-fp32``,
 ``onnx-fp16`` (device-resident automatically when the package has the step and rows
-graphs) and ``ct2-fp16``. The result says where each engine actually ran (``device``),
+graphs) and ``ct2-fp16``. Only when named (``HF_CPU_ENGINES`` / ``HF_CUDA_ENGINES``, the ``hf``
+extra): ``hf-fp32`` (CPU) / ``hf-fp16`` (CUDA), Transformers ``generate()`` on the checkpoint
+converted in memory by bench/hf_convert.py, and ``optimum-fp32`` (CPU), Optimum's
+``ORTModelForSeq2SeqLM`` on that model's ONNX export. The result says where each engine actually ran (``device``),
 with which graphs (``variant``) and whether decoding was device-resident (``resident``);
 an engine asked for CUDA that is not on it fails instead of reporting CPU numbers.
 """
@@ -37,6 +40,8 @@ Decoder = Callable[[list[list[int]]], list[list[int]]]  # sources (tag + pieces 
 
 CPU_ENGINES = ("pytorch", "pytorch-cache", "onnx-fp32", "onnx-int8", "onnx-fp32-resident", "ct2-fp32", "ct2-int8")
 CUDA_ENGINES = ("pytorch-cache", "onnx-fp32", "onnx-fp16", "ct2-fp16")
+HF_CPU_ENGINES = ("hf-fp32", "optimum-fp32")  # Transformers and Optimum (the hf extra): only when named
+HF_CUDA_ENGINES = ("hf-fp16",)
 RESIDENT_SUFFIX = "-resident"  # an onnx engine with RuntimeOptions(resident="on")
 
 
@@ -63,6 +68,10 @@ def import_engine(engine: str) -> None:
         import onnxruntime  # noqa: F401
     elif engine.startswith("ct2"):
         import ctranslate2  # noqa: F401
+    elif engine.startswith("hf"):
+        import transformers  # noqa: F401 (imports torch)
+    elif engine.startswith("optimum"):
+        import optimum.onnxruntime  # noqa: F401 (imports onnxruntime, torch and transformers)
     else:
         raise ValueError(f"unknown engine {engine!r}")
 
@@ -135,6 +144,54 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     return run, {"device": translator.device, "variant": work["engine"].split("-")[1], "resident": None}
 
 
+def hf_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
+    """Transformers ``generate()`` on the checkpoint converted by bench/hf_convert.py (fp32 CPU, fp16 CUDA)."""
+    import torch
+
+    from bench.hf_convert import generate, load
+
+    torch.set_num_threads(work["threads"])
+    device, variant = work["device"], work["engine"].split("-")[1]
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+    model, _ = load(work["checkpoint"])
+    model = model.to(device, dtype=torch.float16 if variant == "fp16" else torch.float32)
+    cap = work["max_target_tokens"]
+
+    def run(sources: list[list[int]]) -> list[list[int]]:
+        # generate() takes one length bound per call: the batch's largest per-sentence bound (our rule)
+        limit = max(default_max_len(len(s), cap) for s in sources)
+        with torch.inference_mode():
+            out = generate(model, sources, limit, work["beam_size"], work["alpha"])
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return out
+
+    return run, {"device": next(model.parameters()).device.type, "variant": variant, "resident": None}
+
+
+def optimum_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
+    """Optimum's ORTModelForSeq2SeqLM on the ONNX export of the converted model (nmt-bench exports it)."""
+    import onnxruntime as ort
+    import torch
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+    from bench.hf_convert import generate
+
+    torch.set_num_threads(work["threads"])  # generate()'s own tensor work (logits processing, beam bookkeeping)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = work["threads"], 1
+    model = ORTModelForSeq2SeqLM.from_pretrained(work["optimum_model"], session_options=options,
+                                                 provider="CPUExecutionProvider")
+    cap = work["max_target_tokens"]
+
+    def run(sources: list[list[int]]) -> list[list[int]]:
+        limit = max(default_max_len(len(s), cap) for s in sources)
+        return generate(model, sources, limit, work["beam_size"], work["alpha"])
+
+    return run, {"device": "cpu", "variant": "fp32", "resident": None}
+
+
 def build(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     """The engine's decoder, and where it runs: {"device", "variant", "resident"}."""
     engine = work["engine"]
@@ -142,6 +199,10 @@ def build(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
         return pytorch_decoder(work)
     if engine.startswith("onnx"):
         return onnx_decoder(work)
+    if engine.startswith("hf"):
+        return hf_decoder(work)
+    if engine.startswith("optimum"):
+        return optimum_decoder(work)
     return ct2_decoder(work)
 
 

@@ -13,7 +13,9 @@ Engines (``--engines``, CPU): pytorch (training/decode.py without the KV cache),
 pytorch-cache, onnx-fp32 / onnx-int8 (the server's decoding loop, offline),
 onnx-fp32-resident (the same loop on the device-resident path CUDA uses, forced on the
 CPU: its cost there beside the numpy path), ct2-fp32 / ct2-int8 (the checkpoint converted
-by bench/ct2_convert.py), and server: ``nmt-serve`` in a subprocess on 127.0.0.1, fed by
+by bench/ct2_convert.py), hf-fp32 / optimum-fp32 when named (Transformers generate() and
+Optimum's ORTModelForSeq2SeqLM on the checkpoint converted by bench/hf_convert.py; the ``hf``
+extra; hf-fp16 on --device cuda), and server: ``nmt-serve`` in a subprocess on 127.0.0.1, fed by
 ``--clients`` closed-loop gRPC clients sending requests of batch-size texts; a list of
 client counts (``--clients 1,32,64,128,256``) is a sweep: one server started per mode and
 batch size, loaded at each count in turn, one row per count (its peak RSS is the server's
@@ -56,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from bench import bench_report
-from bench.engines import CPU_ENGINES, CUDA_ENGINES, RESIDENT_SUFFIX
+from bench.engines import CPU_ENGINES, CUDA_ENGINES, HF_CPU_ENGINES, HF_CUDA_ENGINES, RESIDENT_SUFFIX
 from cli import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -270,7 +272,7 @@ def run_config(args: argparse.Namespace, engine: str, mode: str, bs: int, items:
     rows = [i for b in batches for i in b.rows]
     texts, tokens = [""] * len(items), [0] * len(items)
     for i, ids in zip(rows, result["outputs"]):
-        if engine.startswith("ct2") and beam == 1:  # CT2 bounds a whole call: cut rows at their own bound
+        if engine.startswith(("ct2", "hf", "optimum")) and beam == 1:  # one bound per call: cut rows at their own
             ids = ids[: default_max_len(len(items[i].ids), cap)]
         texts[i], tokens[i] = tokenizer.decode(ids), len(ids)
     row = summarise(engine, mode, bs, batches, sum(latencies), latencies, texts, tokens, items,
@@ -318,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engines", help=f"comma-separated (CPU: {','.join((*CPU_ENGINES, SERVER))}; "
                                      f"CUDA: {','.join((*CUDA_ENGINES, SERVER))}) (default: CPU: all of them; "
                                      f"CUDA: {','.join(DEFAULT_ENGINES['cuda'])}; ct2-fp16 only when named: its "
-                                     "wheels need CUDA 12)")
+                                     f"wheels need CUDA 12; {','.join(HF_CPU_ENGINES)} (CPU) and "
+                                     f"{','.join(HF_CUDA_ENGINES)} (CUDA) only when named: the hf extra)")
     p.add_argument("--modes", default="greedy,beam", help="greedy and/or beam")
     p.add_argument("--batch-sizes", help="texts per batch (offline) or per request (server) (default: "
                    f"{DEFAULT_BATCH_SIZES['cpu']}; {DEFAULT_BATCH_SIZES['cuda']} with --device cuda)")
@@ -329,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the engines run")
     p.add_argument("--ct2-model", type=Path, help="where to convert the checkpoint for CTranslate2 "
                                                   "(default: beside --json; replaced every run)")
+    p.add_argument("--optimum-model", type=Path, help="where to export the converted checkpoint for optimum-fp32 "
+                                                      "(default: beside --json; replaced every run)")
     p.add_argument("--json", dest="out", type=Path, help="JSON results; a Markdown table is written beside it "
                                                          "(default: bench/results/nmt_bench-DEVICE.json)")
     p.add_argument("--png", dest="chart", type=Path, help="also draw sentences/s as a PNG here, and the server "
@@ -361,7 +366,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.file and args.directions and len(args.directions) != 1:
         raise UsageError(f"--input holds one direction; --directions gives {len(args.directions)}")
     args.engines = [e.strip() for e in args.engines.split(",")] if args.engines else list(DEFAULT_ENGINES[args.device])
-    allowed = set(CPU_ENGINES) | {SERVER} if args.device == "cpu" else set(CUDA_ENGINES) | {SERVER}
+    allowed = (set(CPU_ENGINES) | set(HF_CPU_ENGINES) if args.device == "cpu"
+               else set(CUDA_ENGINES) | set(HF_CUDA_ENGINES)) | {SERVER}
     unknown = [e for e in args.engines if e not in allowed]
     if unknown:
         raise UsageError(f"unknown engine(s) for {args.device}: {', '.join(unknown)}; choose from "
@@ -459,12 +465,17 @@ def run(argv: list[str] | None) -> int:
                       "not be device-resident (export it again with nmt-export)", flush=True)
     items = load_items(args, cfg.data, tokenizer)
     paths = {"checkpoint": str(ckpt_path), "package": str(args.package), "tokenizer": str(package.tokenizer_path),
-             "max_target_tokens": package.max_target_tokens, "ct2_model": ""}
+             "max_target_tokens": package.max_target_tokens, "ct2_model": "", "optimum_model": ""}
     if any(e.startswith("ct2") for e in args.engines):
         from bench.ct2_convert import convert
 
         ct2_dir = args.ct2_model or args.out.parent / f"ct2-{ckpt_path.parent.name}-{ckpt_path.stem}"
         paths["ct2_model"] = str(convert(ckpt_path, ct2_dir, force=True))
+    if any(e.startswith("optimum") for e in args.engines):
+        from bench import hf_convert
+
+        optimum_dir = args.optimum_model or args.out.parent / f"optimum-{ckpt_path.parent.name}-{ckpt_path.stem}"
+        paths["optimum_model"] = str(hf_convert.export_optimum(hf_convert.load(ckpt_path)[0], optimum_dir, force=True))
     server_base = server_baseline_mib() if SERVER in args.engines else 0.0
     info.update({"checkpoint": str(ckpt_path), "package": str(args.package), "sentences": len(items),
                  "directions": sorted({f"{i.src_lang}-{i.tgt_lang}" for i in items}),
