@@ -41,7 +41,7 @@ Decoder = Callable[[list[list[int]]], list[list[int]]]  # sources (tag + pieces 
 CPU_ENGINES = ("pytorch", "pytorch-cache", "onnx-fp32", "onnx-int8", "onnx-fp32-resident", "ct2-fp32", "ct2-int8")
 CUDA_ENGINES = ("pytorch-cache", "onnx-fp32", "onnx-fp16", "ct2-fp16")
 HF_CPU_ENGINES = ("hf-fp32", "optimum-fp32")  # Transformers and Optimum (the hf extra): only when named
-HF_CUDA_ENGINES = ("hf-fp16",)
+HF_CUDA_ENGINES = ("hf-fp16", "optimum-fp32")
 RESIDENT_SUFFIX = "-resident"  # an onnx engine with RuntimeOptions(resident="on")
 
 
@@ -181,15 +181,22 @@ def optimum_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     torch.set_num_threads(work["threads"])  # generate()'s own tensor work (logits processing, beam bookkeeping)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = work["threads"], 1
-    model = ORTModelForSeq2SeqLM.from_pretrained(work["optimum_model"], session_options=options,
-                                                 provider="CPUExecutionProvider")
+    cuda = work["device"] == "cuda"
+    if cuda:  # the fp32 export on the CUDA provider with Optimum's IO binding (its cache stays on the GPU)
+        from engine.runtime import preload_cuda
+
+        preload_cuda()
+    model = ORTModelForSeq2SeqLM.from_pretrained(
+        work["optimum_model"], session_options=options, use_io_binding=cuda,
+        provider="CUDAExecutionProvider" if cuda else "CPUExecutionProvider")
+    device = "cuda" if cuda and model.providers[0] == "CUDAExecutionProvider" else "cpu"
     cap = work["max_target_tokens"]
 
     def run(sources: list[list[int]]) -> list[list[int]]:
         limit = max(default_max_len(len(s), cap) for s in sources)
         return generate(model, sources, limit, work["beam_size"], work["alpha"])
 
-    return run, {"device": "cpu", "variant": "fp32", "resident": None}
+    return run, {"device": device, "variant": "fp32", "resident": None}
 
 
 def build(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
