@@ -120,22 +120,18 @@ def _layer_map(m: ModelConfig) -> dict[str, str]:
         for p in ("weight", "bias"):
             names[f"{hf}.{p}"] = f"{ours}.{p}"
 
-    for i in range(m.n_encoder_layers):
-        hf, ours = f"model.encoder.layers.{i}", f"encoder_layers.{i}"
-        attention(f"{hf}.self_attn", f"{ours}.self_attn")
-        linear_and_norm(f"{hf}.self_attn_layer_norm", f"{ours}.sublayer.0.norm")
-        linear_and_norm(f"{hf}.fc1", f"{ours}.feed_forward.w_1")
-        linear_and_norm(f"{hf}.fc2", f"{ours}.feed_forward.w_2")
-        linear_and_norm(f"{hf}.final_layer_norm", f"{ours}.sublayer.1.norm")
-    for i in range(m.n_decoder_layers):
-        hf, ours = f"model.decoder.layers.{i}", f"decoder_layers.{i}"
-        attention(f"{hf}.self_attn", f"{ours}.self_attn")
-        linear_and_norm(f"{hf}.self_attn_layer_norm", f"{ours}.sublayer.0.norm")
-        attention(f"{hf}.encoder_attn", f"{ours}.cross_attn")
-        linear_and_norm(f"{hf}.encoder_attn_layer_norm", f"{ours}.sublayer.1.norm")
-        linear_and_norm(f"{hf}.fc1", f"{ours}.feed_forward.w_1")
-        linear_and_norm(f"{hf}.fc2", f"{ours}.feed_forward.w_2")
-        linear_and_norm(f"{hf}.final_layer_norm", f"{ours}.sublayer.2.norm")
+    # Encoder layers: self-attention, FFN; decoder layers: self-attention, cross-attention, FFN.
+    for stack, n, cross in (("encoder", m.n_encoder_layers, False), ("decoder", m.n_decoder_layers, True)):
+        for i in range(n):
+            hf, ours = f"model.{stack}.layers.{i}", f"{stack}_layers.{i}"
+            attention(f"{hf}.self_attn", f"{ours}.self_attn")
+            linear_and_norm(f"{hf}.self_attn_layer_norm", f"{ours}.sublayer.0.norm")
+            if cross:
+                attention(f"{hf}.encoder_attn", f"{ours}.cross_attn")
+                linear_and_norm(f"{hf}.encoder_attn_layer_norm", f"{ours}.sublayer.1.norm")
+            linear_and_norm(f"{hf}.fc1", f"{ours}.feed_forward.w_1")
+            linear_and_norm(f"{hf}.fc2", f"{ours}.feed_forward.w_2")
+            linear_and_norm(f"{hf}.final_layer_norm", f"{ours}.sublayer.{1 + cross}.norm")
     if m.pre_norm:
         linear_and_norm("model.encoder.layer_norm", "encoder_norm")
         linear_and_norm("model.decoder.layer_norm", "decoder_norm")

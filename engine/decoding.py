@@ -404,20 +404,11 @@ class Batch:
         self._resize_cache(rows, slots + max(self.SLOT_CHUNK, slots // 2))
         return slots
 
-    def _inputs(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's last token and its position, (n, 1) each."""
-        rows = np.concatenate([self.slots[j.id] for j in self.jobs])
-        input_ids = np.empty((self.n, 1), dtype=np.int64)
-        positions = np.empty((self.n, 1), dtype=np.int64)
-        input_ids[rows, 0] = np.concatenate([j.last for j in self.jobs])
-        positions[rows, 0] = np.repeat([j.step for j in self.jobs], [j.k for j in self.jobs])
-        return input_ids, positions
-
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
         n = self.n
         slot = self._free_slot()
-        input_ids, positions = self._inputs()
+        input_ids, positions = row_inputs(self.jobs, self.slots, n)
         log_probs, new_k, new_v, attention = self.rt.step(
             input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n] for c in self.cross_k],
             [c[:n] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v])
@@ -482,6 +473,11 @@ class ResidentBatch:
         self.jobs: list[Job] = []
         self.slots: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
         self.n = 0
+        n_layers = runtime.n_layers
+        self._host_step_inputs = 8  # input_ids .. top_k: contract.step_inputs before the per-layer values
+        self._step_values = contract.step_inputs(n_layers)[self._host_step_inputs:]
+        self._rows_values = contract.rows_inputs(n_layers)[5:]  # after the five index inputs
+        self._no_newcomers = (*runtime.empty_values(contract.ENC_K), *runtime.empty_values(contract.ENC_V))
         self._empty()
 
     def _empty(self) -> None:
@@ -509,10 +505,10 @@ class ResidentBatch:
         width = int(used[-1]) + 1 if used.size else 0
         old_width = self.src_mask.shape[1]
         if new is None:
-            enc_k, enc_v = self.rt.empty_values(contract.ENC_K), self.rt.empty_values(contract.ENC_V)
+            enc = self._no_newcomers
             expand, new_width, new_mask = np.zeros(0, dtype=np.int64), 0, np.zeros((0, 0), dtype=bool)
         else:
-            enc_k, enc_v = new.cross_k, new.cross_v
+            enc = (*new.cross_k, *new.cross_v)
             per_job = np.repeat(np.arange(len(new.jobs)), [j.k for j in new.jobs])
             expand = new.rows[per_job]  # each new row's row of the encoder output
             new_width, new_mask = new.src_mask.shape[1], new.src_mask[per_job]
@@ -525,9 +521,8 @@ class ResidentBatch:
             contract.OLD_COLS: np.minimum(cols, old_width),
             contract.NEW_COLS: np.minimum(cols, new_width),
         }
-        names = contract.rows_inputs(self.rt.n_layers)[len(host):]
-        out = self.rt.run_rows(host, dict(zip(names, (*self.cross_k, *self.cross_v, *self.cache_k, *self.cache_v,
-                                                      *enc_k, *enc_v))))
+        out = self.rt.run_rows(host, dict(zip(self._rows_values, (*self.cross_k, *self.cross_v, *self.cache_k,
+                                                                  *self.cache_v, *enc))))
         n = self.rt.n_layers
         self.cross_k, self.cross_v, self.cache_k, self.cache_v = (out[i * n:(i + 1) * n] for i in range(4))
         rows = len(kept) + len(expand)
@@ -568,37 +563,19 @@ class ResidentBatch:
         for j in self.jobs:
             self.slots[j.id] = moved[self.slots[j.id]]
 
-    def _run(self, rows: np.ndarray, input_ids: np.ndarray, positions: np.ndarray, scores: np.ndarray,
-             ban: np.ndarray, k: int, attention: bool) -> list:
-        """The step graph over ``rows`` of the buffers (all of them: a slice object)."""
-        rt = self.rt
+    def _run(self, rows: np.ndarray | slice, values: tuple, reorder: np.ndarray, input_ids: np.ndarray,
+             positions: np.ndarray, scores: np.ndarray, ban: np.ndarray, k: int, to_host: tuple[str, ...]) -> list:
+        """The step graph over ``values`` (cross K/V then cache, per layer) holding the buffers' ``rows``."""
         host = {contract.INPUT_IDS: input_ids, contract.POSITIONS: positions,
                 contract.PAST_MASK: self.past_mask[rows], contract.SRC_MASK: self.src_mask[rows],
-                contract.REORDER: self.reorder[rows], contract.SCORES: scores, contract.BAN_EOS: ban,
+                contract.REORDER: reorder, contract.SCORES: scores, contract.BAN_EOS: ban,
                 contract.TOP_K: np.zeros(k, dtype=bool)}
-        names = contract.step_inputs(rt.n_layers)[len(host):]
-        cross = (*self.cross_k, *self.cross_v)
-        if isinstance(rows, np.ndarray):  # a subset (probe): its own buffers, reorder applied
-            out = rt.run_rows({contract.CACHE_ROWS: self.reorder[rows], contract.CACHE_SLOTS:
-                               np.arange(self.past_mask.shape[1]), contract.CROSS_ROWS: rows,
-                               contract.OLD_COLS: np.arange(self.src_mask.shape[1]),
-                               contract.NEW_COLS: np.zeros(self.src_mask.shape[1], dtype=np.int64)},
-                              dict(zip(contract.rows_inputs(rt.n_layers)[5:],
-                                       (*cross, *self.cache_k, *self.cache_v,
-                                        *rt.empty_values(contract.ENC_K), *rt.empty_values(contract.ENC_V)))))
-            host[contract.REORDER] = np.arange(len(rows), dtype=np.int64)
-            return rt.run_step(host, dict(zip(names, out)), (contract.TOP_VALUES, contract.TOP_IDS))
-        to_host = (contract.TOP_VALUES, contract.TOP_IDS) + ((contract.CROSS_ATTENTION,) if attention else ())
-        return rt.run_step(host, dict(zip(names, (*cross, *self.cache_k, *self.cache_v))), to_host)
+        return self.rt.run_step(host, dict(zip(self._step_values, values)), to_host)
 
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
         n, rt = self.n, self.rt
-        rows = np.concatenate([self.slots[j.id] for j in self.jobs])
-        input_ids = np.empty((n, 1), dtype=np.int64)
-        positions = np.empty((n, 1), dtype=np.int64)
-        input_ids[rows, 0] = np.concatenate([j.last for j in self.jobs])
-        positions[rows, 0] = np.repeat([j.step for j in self.jobs], [j.k for j in self.jobs])
+        input_ids, positions = row_inputs(self.jobs, self.slots, n)
         scores = np.zeros(n, dtype=np.float32)  # greedy rows: the candidates are the log-probabilities
         ban = np.zeros(n, dtype=bool)
         for j in self.jobs:
@@ -608,7 +585,9 @@ class ResidentBatch:
                 ban[self.slots[j.id]] = True
         k = min(max(1 if j.k == 1 else 2 * j.k for j in self.jobs), rt.package.dims.vocab_size)
         attention = any(j.options.attention for j in self.jobs)
-        out = self._run(slice(None), input_ids, positions, scores, ban, k, attention)
+        to_host = (contract.TOP_VALUES, contract.TOP_IDS) + ((contract.CROSS_ATTENTION,) if attention else ())
+        out = self._run(slice(None), (*self.cross_k, *self.cross_v, *self.cache_k, *self.cache_v), self.reorder,
+                        input_ids, positions, scores, ban, k, to_host)
         values, ids = out[0].numpy(), out[1].numpy()
         layers = rt.n_layers
         self.cache_k, self.cache_v = out[3:3 + layers], out[3 + layers:]
@@ -627,8 +606,16 @@ class ResidentBatch:
         """Run one job's rows alone through the step graph, changing nothing: does it succeed?"""
         rows = self.slots[job.id]
         try:
-            self._run(rows, job.last[:, None], np.full((job.k, 1), job.step, dtype=np.int64),
-                      np.zeros(job.k, dtype=np.float32), np.zeros(job.k, dtype=bool), 1, False)
+            # The job's own buffers (its rows, the pending reorder applied), then one step on them.
+            values = self.rt.run_rows({contract.CACHE_ROWS: self.reorder[rows],
+                                       contract.CACHE_SLOTS: np.arange(self.past_mask.shape[1]),
+                                       contract.CROSS_ROWS: rows, contract.OLD_COLS: np.arange(self.src_mask.shape[1]),
+                                       contract.NEW_COLS: np.zeros(self.src_mask.shape[1], dtype=np.int64)},
+                                      dict(zip(self._rows_values, (*self.cross_k, *self.cross_v, *self.cache_k,
+                                                                   *self.cache_v, *self._no_newcomers))))
+            self._run(rows, values, np.arange(job.k, dtype=np.int64), job.last[:, None],
+                      np.full((job.k, 1), job.step, dtype=np.int64), np.zeros(job.k, dtype=np.float32),
+                      np.zeros(job.k, dtype=bool), 1, (contract.TOP_VALUES, contract.TOP_IDS))
         except Exception:
             return False
         return True
@@ -637,6 +624,16 @@ class ResidentBatch:
 def new_batch(runtime: Runtime) -> Batch | ResidentBatch:
     """The running batch for ``runtime``: device-resident when its sessions are."""
     return ResidentBatch(runtime) if runtime.resident else Batch(runtime)
+
+
+def row_inputs(jobs: list[Job], slots: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each of the ``n`` rows' last token and its position, (n, 1) each."""
+    rows = np.concatenate([slots[j.id] for j in jobs])
+    input_ids = np.empty((n, 1), dtype=np.int64)
+    positions = np.empty((n, 1), dtype=np.int64)
+    input_ids[rows, 0] = np.concatenate([j.last for j in jobs])
+    positions[rows, 0] = np.repeat([j.step for j in jobs], [j.k for j in jobs])
+    return input_ids, positions
 
 
 def advance_jobs(jobs: list[Job], slots: dict[int, np.ndarray], attention: np.ndarray | None,

@@ -101,35 +101,22 @@ def _cache(old: Tensor, axis: int, rows: Tensor, slots: Tensor) -> Tensor:
 
 
 def step_example(model: Transformer, b: int, s: int, p: int, k: int, seed: int = 0) -> dict[str, Tensor]:
-    """Step inputs of the given sizes: real-looking ids, some padding, a reorder that swaps
-    the first two rows, one banned row."""
-    cfg = model.cfg
-    g = torch.Generator().manual_seed(seed)
-    layers, heads, d_head = cfg.n_decoder_layers, cfg.n_heads, cfg.d_model // cfg.n_heads
-    src_mask = torch.ones(b, s, dtype=torch.bool)
-    past_mask = torch.ones(b, p, dtype=torch.bool)
-    if b > 1 and s > 1:
-        src_mask[-1, -1] = False
-    if b > 1 and p > 1:
-        past_mask[-1, 0] = False
+    """Step inputs of the given sizes: the plain step's examples (export/onnx_export.py), its
+    cache as the step's, a reorder that swaps the first two rows, one banned row."""
+    from export.onnx_export import example_inputs
+
+    plain = example_inputs(model, b, s, p, seed)
+    g = torch.Generator().manual_seed(seed + 1)
     reorder = torch.arange(b)
     if b > 1:
         reorder[0], reorder[1] = 1, 0
-    inputs = {
-        contract.INPUT_IDS: torch.randint(4, cfg.vocab_size, (b, 1), generator=g),
-        contract.POSITIONS: torch.full((b, 1), p),
-        contract.PAST_MASK: past_mask,
-        contract.SRC_MASK: src_mask,
-        contract.REORDER: reorder,
-        contract.SCORES: -torch.rand(b, generator=g),
-        contract.BAN_EOS: torch.arange(b) == 0,
-        contract.TOP_K: torch.zeros(k, dtype=torch.bool),
-    }
-    for name, length in ((contract.CROSS_K, s), (contract.CROSS_V, s), (contract.CACHE_K, p),
-                         (contract.CACHE_V, p)):
-        for layer_name in contract.per_layer(name, layers):
-            inputs[layer_name] = torch.randn(contract.kv_shape(name, b, heads, d_head, length), generator=g)
-    return inputs
+    extra = {contract.REORDER: reorder, contract.SCORES: -torch.rand(b, generator=g),
+             contract.BAN_EOS: torch.arange(b) == 0, contract.TOP_K: torch.zeros(k, dtype=torch.bool)}
+    n = model.cfg.n_decoder_layers
+    renamed = {**dict(zip(contract.per_layer(contract.CACHE_K, n), contract.per_layer(contract.PAST_K, n))),
+               **dict(zip(contract.per_layer(contract.CACHE_V, n), contract.per_layer(contract.PAST_V, n)))}
+    return {name: extra[name] if name in extra else plain[renamed.get(name, name)]
+            for name in contract.step_inputs(n)}
 
 
 def rows_example(model: Transformer, b: int, s: int, p: int, j: int, w: int, seed: int = 0) -> dict[str, Tensor]:
