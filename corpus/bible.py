@@ -81,7 +81,7 @@ class Pair:
     tgt_lang: str
     src: str
     tgt: str
-    key: VerseKey | None = None  # where it comes from, for the Bible
+    key: VerseKey | str | None = None  # where it comes from: a verse, a help page's paragraph, a catalog
 
     @property
     def direction(self) -> str:
