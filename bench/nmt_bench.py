@@ -71,6 +71,7 @@ from cli import (
     fail,
 )
 from engine.defaults import LENGTH_PENALTY, default_max_len
+from engine.placeholders import restore
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = "server"
@@ -88,7 +89,8 @@ class Item:
     src_lang: str
     tgt_lang: str
     ref: str | None
-    ids: list[int]  # tag + pieces + eos
+    ids: list[int]  # tag + pieces + eos (of the text with its spans protected, when the tokenizer has placeholders)
+    originals: tuple[str, ...] = ()  # what the placeholders of ``ids`` stand for (engine/placeholders.py)
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,11 @@ def load_items(args: argparse.Namespace, data_cfg: Any, tokenizer: Any) -> list[
         raw = [x for d in directions for x in by_dir[d]]
     if not raw:
         raise UsageError("no sentences: the checkpoint's data has no test split here; pass --input")
-    return [Item(s, sl, tl, r, tokenizer.encode_source(s, tl)) for s, sl, tl, r in raw]
+    items = []
+    for s, sl, tl, r in raw:  # protected as the server protects what it is sent
+        protected = tokenizer.protector.protect(s)
+        items.append(Item(s, sl, tl, r, tokenizer.encode_source(protected.text, tl), protected.originals))
+    return items
 
 
 def make_batches(items: list[Item], batch_size: int) -> list[Batch]:
@@ -274,7 +280,7 @@ def run_config(args: argparse.Namespace, engine: str, mode: str, bs: int, items:
     for i, ids in zip(rows, result["outputs"]):
         if engine.startswith(("ct2", "hf", "optimum")) and beam == 1:  # one bound per call: cut rows at their own
             ids = ids[: default_max_len(len(items[i].ids), cap)]
-        texts[i], tokens[i] = tokenizer.decode(ids), len(ids)
+        texts[i], tokens[i] = restore(tokenizer.decode(ids), items[i].originals), len(ids)
     row = summarise(engine, mode, bs, batches, sum(latencies), latencies, texts, tokens, items,
                     result["peak_rss_delta_mib"])
     return [{**row, "device": result["device"], "variant": result["variant"], "resident": result["resident"]}]

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.package import ModelPackage
+from engine.placeholders import restore
 from engine.runtime import Runtime
 from export.verify import cpu_runtime, decode, step_log_probs
 
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = ckpt_io.load_tokenizer(ckpt)
     pairs = args.directions.split(",")
     data: dict[str, tuple[list[list[int]], list[str]]] = {d: ([], []) for d in pairs}
+    originals: dict[str, list[tuple[str, ...]]] = {d: [] for d in pairs}  # of each source's placeholders
     if args.input:
         data = {pairs[0]: data[pairs[0]]}
         lines = [line.split("\t") for line in args.input.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -101,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         test = [(pair.direction, pair.src, pair.tgt) for pair in load_pairs(cfg.data, "test")]
     for direction, src, ref in test:
         if direction in data and len(data[direction][0]) < args.sentences:
-            data[direction][0].append(tokenizer.encode_source(src, parse_direction(direction)[1]))
+            protected = tokenizer.protector.protect(src)  # as the server protects what it is sent
+            data[direction][0].append(tokenizer.encode_source(protected.text, parse_direction(direction)[1]))
+            originals[direction].append(protected.originals)
             data[direction][1].append(ref)
     runtimes = {}
     for spec in args.variants:
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                     tokens[i] = nbest[0].tokens
             outputs[name] = tokens
             alone = [decode(rt, [s])[0][0].tokens for s in sources]
-            bleu, chrf, _ = score([tokenizer.decode(t) for t in tokens], refs)
+            bleu, chrf, _ = score([restore(tokenizer.decode(t), o) for t, o in zip(tokens, originals[direction])], refs)
             differ = sum(a != t for a, t in zip(alone, tokens))
             error, agree = forced_closeness(rt, runtimes[reference], sources, outputs[reference])
             result["quality"].append({"direction": direction, "variant": name, "bleu": bleu, "chrf": chrf,

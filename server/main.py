@@ -88,10 +88,12 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
         scheduler = Scheduler(runtime, limits, metrics, name)
         models[name] = LoadedModel(name, package, tokenizer, scheduler)
         models[name].longest_piece_bytes  # noqa: B018  (computed once, before requests need it)
+        protected = models[name].protector.enabled  # one Protector per model, built with its tokenizer
         metrics.model_device.labels(name, runtime.device, runtime.variant, str(runtime.resident).lower()).set(1)
-        log.info("model %s: %s, pairs %s, %s on %s (%s; caches %s)", name, package.path, ", ".join(package.pairs),
-                 runtime.variant, runtime.device, ", ".join(runtime.providers),
-                 f"resident on {runtime.device}" if runtime.resident else "in host memory")
+        log.info("model %s: %s, pairs %s, %s on %s (%s; caches %s; placeholders %s)", name, package.path,
+                 ", ".join(package.pairs), runtime.variant, runtime.device, ", ".join(runtime.providers),
+                 f"resident on {runtime.device}" if runtime.resident else "in host memory",
+                 "on" if protected else "off (the tokenizer has no <ph1>..<ph12>)")
     return models
 
 

@@ -20,6 +20,11 @@ Dr. | Petit" and "El Sr. | García" and kept "« Bonjour. » Puis" together; ``s
   one ("J. R. R. Tolkien", "z. B."; English "I" ends a sentence, and so does a small letter:
   "3,5 h."), after a German ordinal number ("am 3. Oktober"), or after a number that opens
   the sentence ("1. Einleitung": a list item).
+- A sentence never ends inside a span the translation must copy (engine/placeholders.py:
+  URLs, e-mail addresses, paths, numbers, code in backticks, format placeholders), so that
+  the span reaches the model whole: "Run `echo Done. Exit` now." is one sentence. (Of
+  these only code can hold a space; "https://example.org/a.b. Next" and "3.5" never split
+  inside anyway, and a URL's or path's final dot is the sentence's.)
 
 Offsets are Unicode code points (Python ``str`` indices). What is not inside a span is
 whitespace, and it is copied to the output as it is.
@@ -29,6 +34,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+from engine.placeholders import find_spans
 
 Span = tuple[int, int]  # [start, end) of a sentence in its text, without surrounding whitespace
 
@@ -98,6 +105,7 @@ def _split_line(text: str, start: int, end: int, lang: str) -> list[Span]:
     offset = start + len(line) - len(line.lstrip())
     spans: list[Span] = []
     begin = 0  # of the current sentence, in ``content``
+    kept: list[Span] | None = None  # the spans to copy whole, found at the first candidate end
     for m in _END.finditer(content):
         after = m.end()
         if after >= len(content) or not _starts_sentence(content, after):
@@ -105,6 +113,10 @@ def _split_line(text: str, start: int, end: int, lang: str) -> list[Span]:
         if m.group("punct") == "." and not _ends_with_dot(content, begin, m.start(), after, lang):
             continue
         stop = m.start("space")
+        if kept is None:
+            kept = [(x.start, x.end) for x in find_spans(content, limit=len(content))]
+        if any(s < stop < e for s, e in kept):
+            continue  # inside code: "`echo Done. Exit`"
         spans.append((offset + begin, offset + stop))
         begin = after
     spans.append((offset + begin, offset + len(content)))

@@ -2,10 +2,13 @@
 
 Each text is split into sentences (server/segment.py); the sentences of a request are
 queued together as one job each, and every text's answer joins its sentences' translations
-back in their places (``whole_text``). Every rejection names the item and the limit
-(INVALID_ARGUMENT); a full queue answers RESOURCE_EXHAUSTED at once; an expired deadline
-answers DEADLINE_EXCEEDED after freeing the text's rows; a model failure on one request
-answers INTERNAL without a traceback.
+back in their places (``whole_text``). When the model's tokenizer has the placeholder
+symbols, each sentence's URLs, e-mail addresses, paths, code, format placeholders and numbers
+are replaced by placeholders before it is encoded and put back in every hypothesis
+(engine/placeholders.py), so they come back exactly as they were sent. Every rejection names
+the item and the limit (INVALID_ARGUMENT); a full queue answers RESOURCE_EXHAUSTED at once;
+an expired deadline answers DEADLINE_EXCEEDED after freeing the text's rows; a model failure
+on one request answers INTERNAL without a traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sentencepiece as spm
 from engine.decoding import DecodeOptions, Hypothesis, Job, StopReason
 from engine.defaults import LENGTH_PENALTY, default_max_len
 from engine.package import ModelPackage
+from engine.placeholders import Protector, restore
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import segment
@@ -77,10 +81,13 @@ def tolerant(deserializer, message_type: str):
 
 @dataclass(frozen=True)
 class Segment:
-    """One segment (sentence) of a request's text: where it stands in the text, and its job."""
+    """One segment (sentence) of a request's text: where it stands in the text, its job, and
+    what the job's placeholders stand for (``originals[i]`` for ``<ph{i+1}>``; none when the
+    model's tokenizer has no placeholders)."""
 
     span: segment.Span
     job: Job
+    originals: tuple[str, ...] = ()
 
 
 class RequestError(Exception):
@@ -102,6 +109,12 @@ class LoadedModel:
         a response's text."""
         sp = self.tokenizer
         return max(len(sp.id_to_piece(i).encode()) for i in range(sp.get_piece_size()))
+
+    @functools.cached_property
+    def protector(self) -> Protector:
+        """Placeholder protection for this model: on only when its tokenizer has every symbol
+        (older packages, models/default among them, are served as before)."""
+        return Protector.for_pieces(self.tokenizer.piece_to_id, self.tokenizer.unk_id())
 
     @property
     def max_source_tokens(self) -> int:
@@ -265,7 +278,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             for x in sentences:
                 start, end = x.span
                 seg = translation.segments.add(source=text[start:end], start=start, end=end)
-                seg.hypotheses.extend(self._hypothesis(model, x.job.src, h, request.options) for h in next(it))
+                seg.hypotheses.extend(self._hypothesis(model, x, h, request.options) for h in next(it))
             translation.hypotheses.extend(whole_text(text, translation.segments))
         return response
 
@@ -299,7 +312,8 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         for i, (text, text_spans) in enumerate(zip(request.texts, spans)):
             plan = []
             for j, (start, end) in enumerate(text_spans):
-                ids = [model.package.language_tags[target], *sp.encode(text[start:end]), special["eos"]]
+                protected = model.protector.protect(text[start:end])  # the text itself when protection is off
+                ids = [model.package.language_tags[target], *sp.encode(protected.text), special["eos"]]
                 if len(ids) > max_tokens:
                     where = f"texts[{i}]" if len(text_spans) == 1 else \
                         f"texts[{i}], sentence {j + 1} of {len(text_spans)} {shown(text[start:end])}"
@@ -308,7 +322,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 total += len(ids)
                 limit = max_out if request.options.max_output_tokens else default_max_len(len(ids), max_out)
                 plan.append(Segment((start, end), Job(ids, options, max_len=limit, bos=special["bos"],
-                                                      eos=special["eos"], pad=special["pad"])))
+                                                      eos=special["eos"], pad=special["pad"]), protected.originals))
             plans.append(plan)
         if total > max_request_tokens:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -358,14 +372,17 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         return DecodeOptions(beam_size=beam, n_best=n_best, alpha=alpha, attention=o.return_attention), \
             (o.max_output_tokens or limit)
 
-    def _hypothesis(self, model: LoadedModel, src: list[int], hyp: Hypothesis, o: pb.DecodingOptions) -> pb.Hypothesis:
+    def _hypothesis(self, model: LoadedModel, x: Segment, hyp: Hypothesis, o: pb.DecodingOptions) -> pb.Hypothesis:
+        """One hypothesis of a sentence, its placeholders put back in its text."""
         sp = model.tokenizer
-        out = pb.Hypothesis(text=sp.decode(hyp.tokens), num_tokens=len(hyp.tokens),
+        out = pb.Hypothesis(text=restore(sp.decode(hyp.tokens), x.originals), num_tokens=len(hyp.tokens),
                             stop_reason=WIRE_STOP_REASON[hyp.stop_reason])
         if o.return_scores:
             out.score = hyp.score
         if o.return_attention and hyp.attention is not None:
-            out.source_pieces.extend(sp.id_to_piece(i) for i in src)
+            # The pieces are what the model saw and wrote: placeholders (``<ph1>``) where the
+            # text has a protected span, so that they line up with the attention matrix.
+            out.source_pieces.extend(sp.id_to_piece(i) for i in x.job.src)
             out.target_pieces.extend(sp.id_to_piece(i) for i in hyp.tokens)
             out.attention.extend(np.asarray(hyp.attention, dtype=np.float32).ravel().tolist())
         return out
@@ -431,15 +448,23 @@ HYPOTHESIS_FIELDS = 6 + 6 + 5 + 6 + 6
 
 def response_bound(model: LoadedModel, request: pb.TranslateRequest, plans: list[list[Segment]]) -> int:
     """An upper bound of the serialized TranslateResponse's size in bytes: every hypothesis
-    at its length limit, made of the vocabulary's longest piece (protobuf framing counted
-    at its widest: one tag byte and a 5-byte length or varint for each field)."""
+    at its length limit, made of the vocabulary's longest piece or, where placeholders are
+    put back, of the sentence's longest protected span, plus every span appended (protobuf
+    framing counted at its widest: one tag byte and a 5-byte length or varint for each field)."""
     o = request.options
     n_best = max(1, o.num_hypotheses)
     piece = model.longest_piece_bytes
 
-    def hypothesis(job: Job) -> int:
+    def text_size(x: Segment) -> int:
+        """One sentence's hypothesis text: each token a piece or a restored span (restore puts a
+        span back wherever the model wrote its placeholder), and the spans it left out appended."""
+        spans = [len(s.encode()) for s in x.originals]
+        return x.job.max_len * max([piece, *spans]) + sum(n + 1 for n in spans)
+
+    def hypothesis(x: Segment) -> int:
         """One sentence's hypothesis with its attention."""
-        size = HYPOTHESIS_FIELDS + job.max_len * piece
+        job = x.job
+        size = HYPOTHESIS_FIELDS + text_size(x)
         if o.return_attention:
             sp = model.tokenizer
             size += sum(6 + len(sp.id_to_piece(i).encode()) for i in job.src)  # source pieces
@@ -452,9 +477,9 @@ def response_bound(model: LoadedModel, request: pb.TranslateRequest, plans: list
         text_bytes = len(text.encode())
         total += 6 + 6 + 6 + text_bytes  # the translation; a blank text's one hypothesis
         for x in sentences:  # the segments: source, start, end, hypotheses
-            total += 6 + 6 + 4 * (x.span[1] - x.span[0]) + 12 + n_best * hypothesis(x.job)
+            total += 6 + 6 + 4 * (x.span[1] - x.span[0]) + 12 + n_best * hypothesis(x)
         if sentences:  # the text's hypotheses: its sentences' texts in place (attention moved, not copied)
-            total += n_best * (HYPOTHESIS_FIELDS + text_bytes + sum(x.job.max_len for x in sentences) * piece)
+            total += n_best * (HYPOTHESIS_FIELDS + text_bytes + sum(text_size(x) for x in sentences))
     return total
 
 

@@ -41,6 +41,22 @@ def test_sentence_boundaries(lang, text, expected):
     assert sentences(text, lang) == expected
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("See https://example.org/a.b. Next.", ["See https://example.org/a.b.", "Next."]),
+    ("Version 3.5 is out. It costs 1,000.50 EUR.", ["Version 3.5 is out.", "It costs 1,000.50 EUR."]),
+    ("Mail j.doe@example.com. Then go to www.example.org/A. B is next.",
+     ["Mail j.doe@example.com.", "Then go to www.example.org/A.", "B is next."]),
+    ("Open C:\\Users\\Me\\a.txt. Then /usr/lib/X.so. Done.", ["Open C:\\Users\\Me\\a.txt.", "Then /usr/lib/X.so.",
+                                                             "Done."]),
+    ("Run `echo Done. Exit` now. Then stop.", ["Run `echo Done. Exit` now.", "Then stop."]),
+    ("Use {0}. Then %1. Then $(ARG1). Done.", ["Use {0}.", "Then %1.", "Then $(ARG1).", "Done."]),
+])
+def test_a_sentence_never_ends_inside_a_span_the_translation_copies(text, expected):
+    """URLs, e-mail addresses, paths, numbers, code and format placeholders (engine/placeholders.py)
+    reach the model whole; their final dot is the sentence's."""
+    assert sentences(text, "en") == expected
+
+
 def test_line_breaks_always_end_a_sentence_and_offsets_index_the_text():
     text = "  In the beginning\nwas the Word. And\r\nthe Word\u2028was God.\n\n\t"
     spans = split_sentences(text, "en")

@@ -16,6 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from engine.decoding import DecodeOptions, Job, decode_all
 from engine.defaults import BOS_ID, EOS_ID, PAD_ID, default_max_len
 from engine.package import ModelPackage
+from engine.placeholders import Protector, restore
 from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from server.segment import join, split_sentences, whole
@@ -43,12 +44,14 @@ def alone(tiny_package):
     package = ModelPackage.load(tiny_package)
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=1))
     sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
+    protector = Protector.for_pieces(sp.piece_to_id, sp.unk_id())  # on when the tokenizer has the placeholders
 
     def sentence(text: str, tgt: str) -> str:
-        src = [package.language_tags[tgt], *sp.encode(text), 3]
+        p = protector.protect(text)
+        src = [package.language_tags[tgt], *sp.encode(p.text), 3]
         [[hyp]] = decode_all(rt, [Job(src, DecodeOptions(), max_len=default_max_len(len(src), 255),
                                       bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)])
-        return sp.decode(hyp.tokens)
+        return restore(sp.decode(hyp.tokens), p.originals)
 
     def translate(text: str, tgt: str = "de", split: bool = True) -> str:
         spans = split_sentences(text, "en" if tgt == "de" else "de") if split else whole(text)
