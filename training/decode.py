@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from engine.defaults import BOS_ID, EOS_ID, LENGTH_PENALTY, PAD_ID, default_max_len, length_penalty
+from engine.placeholders import restore
 from training.data import pad
 from training.model import Transformer
 
@@ -202,7 +203,8 @@ def translate(model: Transformer, tokenizer, texts: Sequence[str], target_lang: 
               batch_size: int = 64, alpha: float = LENGTH_PENALTY, device: torch.device | str = "cpu") -> list[str]:
     """Translate texts (batched by length, returned in input order)."""
     model.eval()
-    encoded = [tokenizer.encode_source(t, target_lang) for t in texts]
+    protected = [tokenizer.protector.protect(t) for t in texts]
+    encoded = [tokenizer.encode_source(p.text, target_lang) for p in protected]
     order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
     results: list[str] = [""] * len(texts)
     for start in range(0, len(order), batch_size):
@@ -213,5 +215,5 @@ def translate(model: Transformer, tokenizer, texts: Sequence[str], target_lang: 
         else:
             hyps = [nb[0] for nb in beam_search(model, src, beam_size=beam_size, alpha=alpha)]
         for i, h in zip(idx, hyps):
-            results[i] = tokenizer.decode(h.tokens)
+            results[i] = restore(tokenizer.decode(h.tokens), protected[i].originals)
     return results

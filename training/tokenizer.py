@@ -13,6 +13,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from engine.placeholders import Protector
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -35,6 +36,8 @@ class Tokenizer:
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise ValueError(f"{self.name}: special ids (pad, unk, bos, eos) are {ids}, expected "
                              f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}")
+        # Placeholder protection when the vocabulary has the symbols (engine/placeholders.py).
+        self.protector = Protector.for_pieces(self.sp.piece_to_id, UNK_ID)
 
     @property
     def vocab_size(self) -> int:
@@ -81,8 +84,14 @@ def train_tokenizer(
     languages: Sequence[str],
     sample: int = 300_000,
     seed: int = 1,
+    byte_fallback: bool = False,
+    symbols: Sequence[str] = (),
 ) -> Tokenizer:
-    """Train a unigram SentencePiece model; writes ``out_prefix.model`` and ``.vocab``."""
+    """Train a unigram SentencePiece model; writes ``out_prefix.model`` and ``.vocab``.
+
+    ``byte_fallback`` spells characters outside the vocabulary as their UTF-8 bytes (256 pieces
+    of the vocabulary) instead of ``<unk>``; ``symbols`` are extra user-defined pieces, never
+    split (the placeholders of engine/placeholders.py)."""
     pool = [s for s in sentences if s]
     if len(pool) > sample:
         pool = random.Random(seed).sample(pool, sample)
@@ -100,7 +109,8 @@ def train_tokenizer(
         unk_id=UNK_ID,
         bos_id=BOS_ID,
         eos_id=EOS_ID,
-        user_defined_symbols=[lang_tag(lang) for lang in languages],
+        user_defined_symbols=[*(lang_tag(lang) for lang in languages), *symbols],
+        byte_fallback=byte_fallback,
         input_sentence_size=len(pool),
         shuffle_input_sentence=True,
         num_threads=2,

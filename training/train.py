@@ -36,21 +36,24 @@ from cli import (
     exit_status_help,
     fail,
 )
+from engine import placeholders
 from training import checkpoint as ckpt_io
 from training.config import MODEL_PRESETS, PAD_ID, DataConfig, RunConfig, TrainConfig, replace
 from training.data import (
     BatchStream,
     check_corpus,
     encode_pairs,
+    eval_sets,
+    label_direction,
     languages,
     load_pairs,
     pad,
-    parse_direction,
     tokenizer_sentences,
 )
 from training.decode import translate
 from training.model import Transformer, count_parameters
 from training.tokenizer import Tokenizer, train_tokenizer
+from training.warm_start import warm_start
 
 
 def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -111,6 +114,18 @@ def pick_device(kind: str, d: Dist) -> torch.device:
     return torch.device("cpu")
 
 
+def bf16_native(device: torch.device) -> bool:
+    """Whether bfloat16 autocast pays on ``device``: CUDA, or a CPU with bf16 matrix units
+    (AMX or AVX512-BF16; elsewhere the CPU emulates bf16 and runs slower than fp32)."""
+    if device.type == "cuda":
+        return True
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " amx_bf16" in flags or " avx512_bf16" in flags
+
+
 # ---------------------------------------------------------------- RNG state
 def rng_state() -> dict[str, Any]:
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
@@ -133,7 +148,7 @@ def dev_bleu(model: Transformer, tokenizer: Tokenizer, dev: dict[str, tuple[list
 
     scores = {}
     for direction, (sources, refs) in dev.items():
-        hyps = translate(model, tokenizer, sources, parse_direction(direction)[1], device=device)
+        hyps = translate(model, tokenizer, sources, label_direction(direction)[1], device=device)
         scores[direction] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
     model.train()
     return scores
@@ -228,7 +243,9 @@ def prepare(cfg: RunConfig, out: Path, d: Dist) -> Tokenizer:
         langs = languages(cfg.data)
         print(f"training a {cfg.data.vocab_size}-piece SentencePiece model on {'+'.join(langs)} ...", flush=True)
         train_tokenizer(tokenizer_sentences(cfg.data), out / "tokenizer", cfg.data.vocab_size, langs,
-                        sample=cfg.data.tokenizer_sample, seed=cfg.train.seed)
+                        sample=cfg.data.tokenizer_sample, seed=cfg.train.seed,
+                        byte_fallback=cfg.data.byte_fallback,
+                        symbols=placeholders.SYMBOLS if cfg.data.placeholders else ())
     barrier(d)
     return Tokenizer(tok_path)
 
@@ -272,19 +289,22 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
 
     torch.manual_seed(tc.seed)
     random.seed(tc.seed)
-    model = Transformer(cfg.model).to(device)
-    examples = encode_pairs(load_pairs(cfg.data, "train"), tokenizer, cfg.data.max_tokens_per_sentence)
+    model = Transformer(cfg.model)
+    if tc.init_from and resume is None:
+        note = warm_start(model, tokenizer, tc.init_from)
+        if d.main:
+            print(f"warm start from {tc.init_from}: {note}", flush=True)
+    model = model.to(device)
+    examples = encode_pairs(load_pairs(cfg.data, "train"), tokenizer, cfg.data.max_tokens_per_sentence,
+                            protect=cfg.data.placeholders and tokenizer.protector.enabled)
     stream = BatchStream(examples, tc.batch_tokens, tc.seed, d.rank, d.world)
-    dev_pairs = load_pairs(cfg.data, "dev")
     dev: dict[str, tuple[list[str], list[str]]] = {}
-    for p in dev_pairs:
-        s, r = dev.setdefault(p.direction, ([], []))
-        if not tc.eval_sentences or len(s) < tc.eval_sentences:
-            s.append(p.src)
-            r.append(p.tgt)
+    for label, pairs in eval_sets(cfg.data, "dev").items():
+        take = pairs[:tc.eval_sentences] if tc.eval_sentences else pairs
+        dev[label] = ([p.src for p in take], [p.tgt for p in take])
 
     # A fixed dev batch (the first 32 dev sources) for the encoder-collapse check at each evaluation.
-    dev_src = pad([tokenizer.encode_source(src, parse_direction(direction)[1])
+    dev_src = pad([tokenizer.encode_source(src, label_direction(direction)[1])
                    for direction, (sources, _) in dev.items() for src in sources][:32]).to(device) if dev else None
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps,
                                  weight_decay=tc.weight_decay)
@@ -321,8 +341,11 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
             (out / "history.json").write_text(json.dumps(state.history))
             plot_curves(state.history, out / "curves.png")
 
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and tc.bf16
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if tc.bf16 and bf16_native(device)
                 else nullcontext())
+    if d.main:
+        print(f"precision: {'bfloat16 autocast, fp32 weights' if tc.bf16 and bf16_native(device) else 'fp32'}",
+              flush=True)
     model.train()
     started = time.monotonic() - state.elapsed
     chunk_end = time.monotonic() + chunk_minutes * 60 if chunk_minutes > 0 else float("inf")
@@ -452,7 +475,8 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     if args.test_files:
         data = replace(data, test_files=_files("--test-files", args.test_files))
     flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_tokens": args.batch_tokens,
-             "device": args.device, "threads": args.threads, "warmup_steps": args.warmup}
+             "device": args.device, "threads": args.threads, "warmup_steps": args.warmup,
+             "init_from": args.init_from}
     tr = replace(tr, **{k: v for k, v in flags.items() if v is not None})
     sections: dict[str, Any] = {"model": model, "data": data, "train": tr}
     for item in args.set or []:
@@ -490,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-tokens", type=int, help="source + target tokens per step and device, padding "
                    f"included (default: {tc.batch_tokens})")
     p.add_argument("--warmup", type=int, help=f"warm-up steps of the learning rate (default: {tc.warmup_steps})")
+    p.add_argument("--init-from", metavar="CHECKPOINT", help="start a new run from this checkpoint's weights (or a "
+                   "shipped model's directory, e.g. models/default), carried over to the run's tokenizer "
+                   "(default: random weights)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help=f"(default: {tc.device})")
     p.add_argument("--threads", type=int, help=f"CPU intra-op threads; 0 = torch's default (default: {tc.threads})")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",

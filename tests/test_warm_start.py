@@ -1,0 +1,108 @@
+"""Warm start across a change of vocabulary, the mixed corpus, byte fallback and CPU bf16."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from corpus.bible import Pair
+from engine.placeholders import SYMBOLS
+from tests.conftest import bible_sentences
+from training import checkpoint as ckpt_io
+from training.config import MODEL_PRESETS, UNK_ID, DataConfig, RunConfig, replace
+from training.data import encode_pairs, mix
+from training.model import Transformer
+from training.tokenizer import train_tokenizer
+from training.warm_start import map_embeddings, piece_text, warm_start
+
+
+@pytest.fixture(scope="module")
+def new_tokenizer(tmp_path_factory):
+    """A byte-fallback tokenizer with the placeholder symbols, on another text mix."""
+    sentences = bible_sentences("4", 1500) + bible_sentences("e", 1500) + [
+        "Click OK to save the document.", "Klicken Sie auf OK, um das Dokument zu speichern."] * 50
+    return train_tokenizer(sentences, tmp_path_factory.mktemp("newtok") / "spm", vocab_size=600,
+                           languages=["en", "de"], byte_fallback=True, symbols=SYMBOLS)
+
+
+def test_byte_fallback_loses_no_character(new_tokenizer):
+    text = "€ 5 @ {x} <y> 😀 ß"
+    ids = new_tokenizer.encode(text)
+    assert UNK_ID not in ids
+    assert new_tokenizer.decode(ids) == text
+    assert new_tokenizer.pieces(new_tokenizer.encode("<ph3>")) == ["▁", "<ph3>"]  # one piece, never split
+    assert new_tokenizer.protector.enabled
+
+
+def test_tokenizer_without_symbols_has_no_protection(tokenizer):
+    assert not tokenizer.protector.enabled
+    assert tokenizer.protector.protect("see http://a.org").text == "see http://a.org"
+
+
+def test_piece_text():
+    assert piece_text("▁the") == " the"
+    assert piece_text("<0x41>") == "A"
+    assert piece_text("<0xC3>") is None  # half a character
+    assert piece_text("<ph1>") is None and piece_text("<2de>") is None
+
+
+def test_embeddings_carry_over_by_piece(tokenizer, new_tokenizer):
+    old = torch.randn(tokenizer.vocab_size, 8)
+    new, counts = map_embeddings(old, tokenizer, new_tokenizer)
+    assert new.shape == (new_tokenizer.vocab_size, 8)
+    assert sum(counts.values()) == new_tokenizer.vocab_size and counts["copied"] > 100
+    for piece in ("▁God", "<2de>", "</s>"):
+        i, j = new_tokenizer.sp.piece_to_id(piece), tokenizer.sp.piece_to_id(piece)
+        assert j != UNK_ID and torch.equal(new[i], old[j]), piece
+    assert torch.all(new[0] == 0)  # pad
+    # a piece the old vocabulary lacks is the mean of the old pieces that spell it
+    piece = next(p for p in (new_tokenizer.sp.id_to_piece(i) for i in range(4, new_tokenizer.vocab_size))
+                 if tokenizer.sp.piece_to_id(p) == UNK_ID and (t := piece_text(p)) and len(t.strip()) > 3)
+    spelled = [k for k in tokenizer.sp.encode(piece_text(piece).strip(), out_type=int) if k != UNK_ID]
+    spelled = [k for k in spelled if tokenizer.sp.id_to_piece(k) != "▁"] or spelled
+    assert torch.allclose(new[new_tokenizer.sp.piece_to_id(piece)], old[spelled].mean(0))
+
+
+def test_warm_start_loads_every_other_weight(tmp_path: Path, tokenizer, new_tokenizer):
+    cfg = RunConfig(model=replace(MODEL_PRESETS["tiny"], vocab_size=tokenizer.vocab_size))
+    old = Transformer(cfg.model)
+    ckpt_io.save_atomic({"model": old.state_dict(), "config": cfg.to_dict(),
+                         "tokenizer_model": tokenizer.model_proto}, tmp_path / "old.pt")
+    new = Transformer(replace(cfg.model, vocab_size=new_tokenizer.vocab_size))
+    note = warm_start(new, new_tokenizer, str(tmp_path / "old.pt"))
+    assert note.startswith(f"{new_tokenizer.vocab_size} embedding rows: ")
+    for k, v in old.state_dict().items():
+        if k != "embedding.weight":
+            assert torch.equal(new.state_dict()[k], v), k
+    wide = Transformer(replace(MODEL_PRESETS["small"], vocab_size=new_tokenizer.vocab_size))
+    with pytest.raises(ValueError, match="another shape"):
+        warm_start(wide, new_tokenizer, str(tmp_path / "old.pt"))
+
+
+def test_mix_takes_shares():
+    pairs = [Pair("en", "de", str(i), str(i)) for i in range(10)]
+    assert mix(pairs, 1.0, seed=1) == pairs
+    assert len(mix(pairs, 0.3, seed=1)) == 3 and mix(pairs, 0.3, seed=1) == mix(pairs, 0.3, seed=1)
+    twice = mix(pairs, 2.5, seed=1)
+    assert len(twice) == 25 and twice[:20] == pairs * 2
+
+
+def test_mixed_corpus_needs_sources():
+    from cli import UsageError
+    from training.data import load_pairs
+
+    with pytest.raises(UsageError, match=r"needs data\.sources"):
+        load_pairs(DataConfig(corpus="mixed"), "train")
+
+
+def test_training_pairs_copy_placeholders(new_tokenizer):
+    pairs = [Pair("en", "de", "Open http://a.org/x in 5 s, not 15.", "Öffnen Sie http://a.org/x in 5 s, nicht 15.")]
+    (ex,) = encode_pairs(pairs, new_tokenizer, 200, protect=True)
+    src = new_tokenizer.pieces(ex.src)
+    tgt = new_tokenizer.pieces(ex.tgt)
+    assert [p for p in src if p.startswith("<ph")] == ["<ph1>", "<ph2>", "<ph3>"]
+    assert [p for p in tgt if p.startswith("<ph")] == ["<ph1>", "<ph2>", "<ph3>"]
+    (plain,) = encode_pairs(pairs, new_tokenizer, 200)
+    assert not any(p.startswith("<ph") for p in new_tokenizer.pieces(plain.src))
