@@ -1,0 +1,282 @@
+"""Score a model package on the held-out modern test split, with Apertium side by side.
+
+    python -m bench.modern_eval --package packages/default --variants int8 --beam 1 --limit 200
+
+Test sets: the LibreOffice help's test split (``corpus.libreoffice``: whole pages held out, one
+reference per paragraph; ``--splits modern``) and the Bible's (John, ``corpus.bible``;
+``--splits bible``), en<->de/fr/es. Our package is decoded by the server's own decoding loop
+on the CPU (``export.verify.translate_onnx``, as ``bench.out_of_domain`` does), once per graph
+variant. Apertium, the rule-based translator, translates en-es (mode ``eng-spa``) and es-en
+(``spa-eng``); it is Debian's ``apertium-eng-spa``:
+
+    apt-get install -y apertium-eng-spa
+
+It runs with ``-u``, so unknown words come out bare instead of marked ``*word`` (the marks
+would only cost it score). All lines go through one ``apertium -u -f txt`` process, one
+paragraph each, separated by a blank line: a blank line ends a sentence for Apertium, so
+every line is translated exactly as it is alone (checked on 200 lines of each direction).
+A single newline is only a blank to it (the tagger and transfer read across it: 56 of 200
+en-es lines then came out differently), and ``-f line`` drops every line's final period. The
+count of lines that come back is checked. ``--no-apertium`` skips it; without it, a run that
+needs Apertium fails with one line when it is not installed.
+
+Scores per direction and system, on the same lines: sacrebleu's corpus BLEU and chrF, and how
+many outputs hold an unknown mark (``<unk>``, or ``⁇``, SentencePiece's rendering of it).
+Prints a markdown table and each system's speed (lines/s, wall clock, decoding only);
+``--json`` keeps the scores and every output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sacrebleu
+
+from cli import EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, check_output_file, exit_status_help, fail
+from corpus.bible import Pair
+
+PROG = "python -m bench.modern_eval"
+DIRECTIONS = ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")
+SPLITS = ("modern", "bible")
+MODERN_SOURCE = "libreoffice-help"
+APERTIUM_MODES = {"en-es": "eng-spa", "es-en": "spa-eng"}
+APERTIUM = "apertium"
+UNK_MARKS = ("<unk>", "\u2047")  # "⁇": how SentencePiece decodes the unknown piece
+
+# A system: (texts, source language, target language) -> one output per text.
+Translate = Callable[[Sequence[str], str, str], list[str]]
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    translate: Translate
+    directions: frozenset[str]  # what it translates; other directions are left blank in the table
+
+
+class ApertiumMissing(UsageError):
+    """Apertium (or one of its modes) is not installed."""
+
+
+def apertium_modes() -> set[str]:
+    """The modes ``apertium -l`` lists; ApertiumMissing when the command is not installed."""
+    if shutil.which("apertium") is None:
+        raise ApertiumMissing("apertium is not installed (apt-get install -y apertium-eng-spa), "
+                              "or pass --no-apertium")
+    listed = subprocess.run(["apertium", "-l"], capture_output=True, text=True, check=True).stdout
+    return {line.strip() for line in listed.splitlines() if line.strip()}
+
+
+def check_apertium(directions: Sequence[str]) -> dict[str, str]:
+    """{direction: mode} of the requested directions Apertium serves; ApertiumMissing when a
+    mode is not installed."""
+    wanted = {d: APERTIUM_MODES[d] for d in directions if d in APERTIUM_MODES}
+    if not wanted:
+        return {}
+    missing = sorted(set(wanted.values()) - apertium_modes())
+    if missing:
+        raise ApertiumMissing(f"apertium has no mode {', '.join(missing)} (apt-get install -y apertium-eng-spa), "
+                              "or pass --no-apertium")
+    return wanted
+
+
+def apertium_translate(texts: Sequence[str], mode: str) -> list[str]:
+    """Translate every text in one ``apertium -u -f txt MODE`` call, a blank line between texts."""
+    lines = [" ".join(t.split()) for t in texts]  # a newline inside a text would split it
+    todo = [i for i, line in enumerate(lines) if line]
+    out = [""] * len(lines)
+    if not todo:
+        return out
+    text = "".join(lines[i] + "\n\n" for i in todo)
+    done = subprocess.run(["apertium", "-u", "-f", "txt", mode], input=text, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"apertium {mode} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    got = done.stdout.strip("\n").split("\n\n")
+    if len(got) != len(todo):
+        raise RuntimeError(f"apertium {mode} returned {len(got)} paragraphs for {len(todo)} lines")
+    for i, line in zip(todo, got):
+        out[i] = " ".join(line.split())
+    return out
+
+
+def apertium_system(directions: Sequence[str]) -> System:
+    modes = check_apertium(directions)
+    return System(APERTIUM, lambda texts, src, tgt: apertium_translate(texts, modes[f"{src}-{tgt}"]),
+                  frozenset(modes))
+
+
+def package_systems(package_dir: str | Path, variants: Sequence[str], beam: int, threads: int) -> list[System]:
+    """One system per graph variant of the package, decoded by the engine on the CPU."""
+    from engine.package import ModelPackage, PackageError
+    from export.verify import cpu_runtime, translate_onnx
+    from training.tokenizer import Tokenizer
+
+    try:
+        package = ModelPackage.load(package_dir)
+    except PackageError as e:
+        raise UsageError(f"--package: {e}") from e
+    missing = [v for v in variants if v not in package.variants]
+    if missing:
+        raise UsageError(f"--variants: {package_dir} has no {', '.join(missing)} variant; "
+                         f"it has {', '.join(package.variants)}")
+    tokenizer = Tokenizer(package.tokenizer_path)
+    out = []
+    for variant in variants:
+        rt = cpu_runtime(package, variant, threads)
+
+        def translate(texts: Sequence[str], src: str, tgt: str, rt=rt) -> list[str]:
+            return translate_onnx(rt, tokenizer, list(texts), tgt, beam_size=beam)
+
+        out.append(System(f"ours-{variant}", translate, frozenset(package.pairs)))
+    return out
+
+
+def load_sets(splits: Sequence[str], directions: Sequence[str], limit: int = 0) -> dict[tuple[str, str], list[Pair]]:
+    """{(split, direction): test pairs}, the first ``limit`` of each (0: all), in the given order."""
+    from corpus import libreoffice
+    from corpus.bible import bible_pairs
+
+    out: dict[tuple[str, str], list[Pair]] = {}
+    for split in splits:
+        found = (libreoffice.pairs(MODERN_SOURCE, directions, "test") if split == "modern"
+                 else bible_pairs(directions, "test"))
+        for direction in directions:
+            rows = [p for p in found if p.direction == direction]
+            if rows:
+                out[split, direction] = rows[:limit] if limit else rows
+    return out
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | int]:
+    """Corpus BLEU and chrF (sacrebleu defaults) and the outputs holding an unknown mark."""
+    return {"bleu": round(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score, 2),
+            "chrf": round(sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score, 2),
+            "unk": sum(any(m in h for m in UNK_MARKS) for h in hypotheses)}
+
+
+def evaluate(sets: Mapping[tuple[str, str], Sequence[Pair]], systems: Sequence[System],
+             log: Callable[[str], None] = lambda _: None) -> dict:
+    """Every system on every set it serves: scores, seconds and outputs (the ``--json`` layout)."""
+    results = []
+    for (split, direction), pairs in sets.items():
+        src_lang, tgt_lang = direction.split("-")
+        sources, references = [p.src for p in pairs], [p.tgt for p in pairs]
+        scores: dict[str, dict] = {}
+        outputs: dict[str, list[str]] = {}
+        for system in systems:
+            if direction not in system.directions:
+                continue
+            start = time.monotonic()
+            hyps = system.translate(sources, src_lang, tgt_lang)
+            seconds = time.monotonic() - start
+            if len(hyps) != len(sources):
+                raise RuntimeError(f"{system.name} returned {len(hyps)} outputs for {len(sources)} lines")
+            scores[system.name] = {**score(hyps, references), "seconds": round(seconds, 3)}
+            outputs[system.name] = hyps
+            s = scores[system.name]
+            log(f"{split} {direction} {system.name}: BLEU {s['bleu']:.2f} chrF {s['chrf']:.2f} "
+                f"unk {s['unk']} ({len(pairs)} lines, {seconds:.1f}s)")
+        results.append({
+            "split": split, "direction": direction, "lines": len(pairs), "scores": scores,
+            "outputs": [{"key": str(p.key), "source": p.src, "reference": p.tgt,
+                         **{name: hyps[i] for name, hyps in outputs.items()}} for i, p in enumerate(pairs)],
+        })
+    return {"systems": [s.name for s in systems], "sets": results, "timing": timing(results, [s.name for s in systems])}
+
+
+def timing(results: Sequence[Mapping], names: Sequence[str]) -> dict[str, dict[str, float | int]]:
+    """{system: lines, seconds, lines/s} over every set it translated."""
+    out = {}
+    for name in names:
+        ran = [r for r in results if name in r["scores"]]
+        lines = sum(r["lines"] for r in ran)
+        seconds = sum(r["scores"][name]["seconds"] for r in ran)
+        out[name] = {"lines": lines, "seconds": round(seconds, 3),
+                     "lines_per_s": round(lines / seconds, 2) if seconds > 0 else 0.0}
+    return out
+
+
+def table(report: Mapping) -> str:
+    """The scores as a markdown table: one row per set, BLEU / chrF per system ("—" where a
+    system does not serve the direction), the line count, and the outputs with unknown marks."""
+    names = report["systems"]
+    head = ["split", "direction", *(f"{n} BLEU / chrF" for n in names), "lines", *(f"{n} unk" for n in names)]
+    rows = [head, ["---"] * len(head)]
+    for r in report["sets"]:
+        s = r["scores"]
+        rows.append([r["split"], r["direction"],
+                     *(f"{s[n]['bleu']:.2f} / {s[n]['chrf']:.2f}" if n in s else "—" for n in names),
+                     str(r["lines"]), *(str(s[n]["unk"]) if n in s else "—" for n in names)])
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def timing_table(report: Mapping) -> str:
+    rows = [["system", "lines", "seconds", "lines/s"], ["---"] * 4]
+    for name, t in report["timing"].items():
+        rows.append([name, str(t["lines"]), f"{t['seconds']:.1f}", f"{t['lines_per_s']:.2f}"])
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def _names(text: str, allowed: Sequence[str], flag: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise UsageError(f"{flag}: {', '.join(bad) or 'nothing'} is not one of {', '.join(allowed)}")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog=PROG, description=__doc__, epilog=exit_status_help(EXIT_USAGE))
+    p.add_argument("--package", required=True, help="the model package (the directory nmt-export wrote)")
+    p.add_argument("--variants", "--variant", default="int8",
+                   help="graph variants to score, comma-separated: fp32, int8")
+    p.add_argument("--beam", type=int, default=4, help="beam size (1: greedy)")
+    p.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    p.add_argument("--directions", default=",".join(DIRECTIONS), help="directions, comma-separated")
+    p.add_argument("--splits", default="modern", help="test sets, comma-separated: modern (LibreOffice help), "
+                   "bible (John)")
+    p.add_argument("--limit", type=int, default=0, help="first N lines per direction and split (0: all)")
+    p.add_argument("--no-apertium", action="store_true", help="skip Apertium (en-es, es-en)")
+    p.add_argument("--json", type=Path, help="write the scores and every output here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        directions = _names(args.directions, DIRECTIONS, "--directions")
+        splits = _names(args.splits, SPLITS, "--splits")
+        variants = _names(args.variants, ("fp32", "int8"), "--variants")
+        if args.beam < 1 or args.threads < 1 or args.limit < 0:
+            raise UsageError("--beam and --threads must be at least 1, --limit at least 0")
+        if args.json:
+            check_output_file(args.json, "--json")
+        systems = package_systems(args.package, variants, args.beam, args.threads)
+        if not args.no_apertium and any(d in APERTIUM_MODES for d in directions):
+            systems.append(apertium_system(directions))
+    except UsageError as e:
+        return fail(PROG, str(e), EXIT_USAGE)
+    sets = load_sets(splits, directions, args.limit)
+    settings = {"package": str(args.package), "variants": variants, "beam": args.beam, "threads": args.threads,
+                "splits": splits, "directions": directions, "limit": args.limit,
+                "apertium": any(s.name == APERTIUM for s in systems)}
+    report = {"settings": settings,
+              **evaluate(sets, systems, log=lambda line: print(line, file=sys.stderr, flush=True))}
+    print(table(report))
+    print()
+    print(timing_table(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
