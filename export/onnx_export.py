@@ -31,6 +31,7 @@ from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, exit_status_he
 from engine import contract
 from engine.defaults import SPECIAL_IDS
 from engine.package import Dimensions, Manifest, ModelPackage, write_manifest
+from export.examples import example_inputs
 from training import checkpoint as ckpt_io
 from training.config import EOS_ID, PAD_ID, RunConfig
 from training.data import parse_direction
@@ -78,30 +79,6 @@ class DecoderStepGraph(nn.Module):
         logits = torch.matmul(out.hidden[:, -1], self.output_weight)  # (B, V)
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         return (log_probs, *out.new_k, *out.new_v, out.cross_attention[:, -1])
-
-
-def example_inputs(model: Transformer, b: int, s: int, p: int, seed: int = 0) -> dict[str, Tensor]:
-    """Decoder-step inputs of the given sizes, one new token per row (real-looking ids,
-    masks with some padding)."""
-    cfg = model.cfg
-    g = torch.Generator().manual_seed(seed)
-    layers, heads, d_head = cfg.n_decoder_layers, cfg.n_heads, cfg.d_model // cfg.n_heads
-    src_mask = torch.ones(b, s, dtype=torch.bool)
-    past_mask = torch.ones(b, p, dtype=torch.bool)
-    if b > 1 and s > 1:
-        src_mask[-1, -1] = False  # a padded source row
-    if b > 1 and p > 1:
-        past_mask[-1, 0] = False  # a row whose cache starts later
-    inputs = {
-        contract.INPUT_IDS: torch.randint(4, cfg.vocab_size, (b, 1), generator=g),
-        contract.POSITIONS: torch.full((b, 1), p),
-        contract.PAST_MASK: past_mask,
-        contract.SRC_MASK: src_mask,
-    }
-    for name, length in ((contract.CROSS_K, s), (contract.CROSS_V, s), (contract.PAST_K, p), (contract.PAST_V, p)):
-        for layer_name in contract.per_layer(name, layers):
-            inputs[layer_name] = torch.randn(contract.kv_shape(name, b, heads, d_head, length), generator=g)
-    return inputs
 
 
 class _DropTorchvisionNotices(logging.Filter):

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from engine import contract
 from engine.defaults import EOS_ID
+from export.examples import example_inputs
 from training.model import Transformer
 
 
@@ -101,10 +102,8 @@ def _cache(old: Tensor, axis: int, rows: Tensor, slots: Tensor) -> Tensor:
 
 
 def step_example(model: Transformer, b: int, s: int, p: int, k: int, seed: int = 0) -> dict[str, Tensor]:
-    """Step inputs of the given sizes: the plain step's examples (export/onnx_export.py), its
+    """Step inputs of the given sizes: the plain step's examples (export/examples.py), its
     cache as the step's, a reorder that swaps the first two rows, one banned row."""
-    from export.onnx_export import example_inputs
-
     plain = example_inputs(model, b, s, p, seed)
     g = torch.Generator().manual_seed(seed + 1)
     reorder = torch.arange(b)
