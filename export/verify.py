@@ -150,7 +150,7 @@ def verify(args: argparse.Namespace) -> int:
     import torch
 
     from training import checkpoint as ckpt_io
-    from training.data import load_pairs, pad, parse_direction
+    from training.data import eval_sets, label_direction, pad
     from training.decode import translate
     from training.evaluate import score
 
@@ -163,14 +163,12 @@ def verify(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     tokenizer = ckpt_io.load_tokenizer(ckpt)
     by_dir: dict[str, tuple[list[str], list[str]]] = {}
-    for pair in load_pairs(cfg.data, args.split):
-        s, r = by_dir.setdefault(pair.direction, ([], []))
-        if not args.limit or len(s) < args.limit:
-            s.append(pair.src)
-            r.append(pair.tgt)
+    for label, pairs in eval_sets(cfg.data, args.split).items():  # "en-de", or "en-de/libreoffice-help"
+        take = pairs[:args.limit] if args.limit else pairs
+        by_dir[label] = ([p.src for p in take], [p.tgt for p in take])
     ok = True
     for direction, (sources, refs) in by_dir.items():
-        tgt = parse_direction(direction)[1]
+        tgt = label_direction(direction)[1]
         src = pad([tokenizer.encode_source(t, tgt) for t in sources[: args.parity_rows]]).numpy()
         par = parity(args.package, path, src, beam_size=max(args.beam, 2))
         print(f"{direction}: greedy tokens equal {par.greedy_equal}/{par.rows}, max |log-prob diff| "

@@ -81,6 +81,7 @@ class DataConfig:
     max_tokens_per_sentence: int = 200
     tokenizer_sample: int = 300_000  # sentences fed to SentencePiece training
     # Bytes for characters outside the vocabulary instead of <unk>: no character of the input is lost.
+    # Vocabularies under 1,024 pieces train without it, with a log line (training/train.py).
     byte_fallback: bool = True
     # Protect URLs, e-mail addresses, paths, numbers, code and format placeholders (engine/placeholders.py):
     # the tokenizer gets the placeholder symbols and training pairs copy them.

@@ -29,7 +29,7 @@ from cli import (
 )
 from training import checkpoint as ckpt_io
 from training.config import replace
-from training.data import SPLITS, load_pairs, parse_direction
+from training.data import SPLITS, eval_sets, label_direction
 from training.decode import translate
 
 
@@ -63,17 +63,15 @@ def evaluate(checkpoint: str | Path, split: str = "test", beam_size: int = 4, di
     tokenizer = ckpt_io.load_tokenizer(ckpt)
     data_cfg = cfg.data if not directions else replace(cfg.data, directions=tuple(directions))
     by_direction: dict[str, tuple[list[str], list[str]]] = {}
-    for p in load_pairs(data_cfg, split):
-        src, ref = by_direction.setdefault(p.direction, ([], []))
-        if not limit or len(src) < limit:
-            src.append(p.src)
-            ref.append(p.tgt)
+    for label, pairs in eval_sets(data_cfg, split).items():  # "en-de", or "en-de/libreoffice-help"
+        take = pairs[:limit] if limit else pairs
+        by_direction[label] = ([p.src for p in take], [p.tgt for p in take])
     if not by_direction:
         raise ValueError(f"the {split} split of {path} has no sentences for {', '.join(data_cfg.directions)}")
     scores, outputs = [], {}
     for direction, (sources, refs) in by_direction.items():
         start = time.monotonic()
-        hyps = translate(model, tokenizer, sources, parse_direction(direction)[1], beam_size=beam_size,
+        hyps = translate(model, tokenizer, sources, label_direction(direction)[1], beam_size=beam_size,
                          batch_size=batch_size, device=device)
         bleu, chrf, signature = score(hyps, refs)
         s = Score(direction, split, len(sources), bleu, chrf, signature, beam_size, round(time.monotonic() - start, 1))

@@ -236,15 +236,25 @@ class Logger:
         self.bar.close()
 
 
+# Byte fallback takes 256 pieces; below this size they would crowd out the real pieces (and
+# SentencePiece refuses a vocabulary smaller than the bytes plus the corpus's characters).
+MIN_BYTE_FALLBACK_VOCAB = 1024
+
+
 def prepare(cfg: RunConfig, out: Path, d: Dist) -> Tokenizer:
     """Train the tokenizer once (rank 0) on the training split; everyone loads it."""
     tok_path = out / "tokenizer.model"
     if d.main and not tok_path.exists():
         langs = languages(cfg.data)
         print(f"training a {cfg.data.vocab_size}-piece SentencePiece model on {'+'.join(langs)} ...", flush=True)
+        byte_fallback = cfg.data.byte_fallback and cfg.data.vocab_size >= MIN_BYTE_FALLBACK_VOCAB
+        if cfg.data.byte_fallback and not byte_fallback:
+            print(f"byte fallback off: {cfg.data.vocab_size} pieces leave too little room beside its 256 byte "
+                  f"pieces (it needs data.vocab_size >= {MIN_BYTE_FALLBACK_VOCAB}); unknown characters become <unk>",
+                  flush=True)
         train_tokenizer(tokenizer_sentences(cfg.data), out / "tokenizer", cfg.data.vocab_size, langs,
                         sample=cfg.data.tokenizer_sample, seed=cfg.train.seed,
-                        byte_fallback=cfg.data.byte_fallback,
+                        byte_fallback=byte_fallback,
                         symbols=placeholders.SYMBOLS if cfg.data.placeholders else ())
     barrier(d)
     return Tokenizer(tok_path)
