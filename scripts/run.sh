@@ -37,11 +37,11 @@ say() {  # say SRC TGT TEXT: print the text and its translation (beam 4)
   echo "$1: $3"
   echo "$2: $(.venv/bin/nmt-translate --address "$ADDR" -s "$1" -t "$2" --beam 4 -q "$3")"
 }
-say en de "In the beginning God created the heavens and the earth."
-say de en "Und Gott sprach: Es werde Licht! und es ward Licht."
-say en fr "Blessed are the peacemakers, for they shall be called children of God."
-say fr en "Car Dieu a tant aimé le monde qu'il a donné son Fils unique."
-say en es "Love your enemies, and pray for those who persecute you."
+say en de "Please restart your computer before installing the update."
+say de en "Klicken Sie auf OK, um die Änderungen zu speichern."
+say en fr "Select the cells that you want to sort, then choose Data - Sort."
+say fr en "Le fichier est trop volumineux pour être envoyé par e-mail."
+say en es "The file report.pdf (25 MB) is at https://example.org/files; write to help@example.org."
 say es en "El Señor es mi pastor; nada me faltará."
 if [ -z "${DEMO_ONLY:-}" ]; then
   echo "serving $PACKAGE on $ADDR (Ctrl-C to stop); try: .venv/bin/nmt-translate -s en -t de \"Jesus wept.\""

@@ -11,13 +11,19 @@
 # SHA256SUMS must sit beside it). The corpus is fetched with apt-get download on first use
 # and cached (python -m corpus.build). CHUNK=30 stops each call after 30 minutes, saved; the
 # same command continues the run from $RUN (runs/ is not in git: keep or copy it). SHIP=1
-# ships the averaged result over models/default after scoring it.
+# ships the averaged result over models/default.
 #
-#   RUN=runs/modern-cpu MINUTES=88 THREADS=2 CHUNK=0 SHIP=0 PYTHON=.venv/bin/python
+# To continue training the shipped model on a fresh machine (runs/ is gone): start a new run
+# from it with its own tokenizer, so every embedding row carries over unchanged:
+#
+#   RUN=runs/modern-cpu-2 INIT=models/default TOKENIZER=models/default/tokenizer.model \
+#     bash scripts/train_modern.sh
+#
+#   RUN=runs/modern-cpu MINUTES=100 THREADS=2 CHUNK=0 SHIP=0 TOKENIZER= PYTHON=.venv/bin/python
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=${RUN:-runs/modern-cpu}
-MINUTES=${MINUTES:-88}
+MINUTES=${MINUTES:-100}
 CHUNK=${CHUNK:-0}
 SHIP=${SHIP:-0}
 INIT=${INIT:-models/default}
@@ -27,6 +33,10 @@ if [ -z "${PYTHON:-}" ]; then
   PYTHON=.venv/bin/python
 fi
 "$PYTHON" -m corpus.build
+mkdir -p "$RUN"
+if [ -n "${TOKENIZER:-}" ] && [ ! -f "$RUN/tokenizer.model" ]; then
+  cp "$TOKENIZER" "$RUN/tokenizer.model"  # nmt-train uses a tokenizer it finds in the run
+fi
 set +e
 "$PYTHON" -m training.train --out "$RUN" --preset deep-shallow \
   --directions en-de,de-en,en-fr,fr-en,en-es,es-en --init-from "$INIT" \
