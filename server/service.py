@@ -140,13 +140,16 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     # ------------------------------------------------------------ RPCs
     async def Translate(self, request: pb.TranslateRequest, context: grpc.aio.ServicerContext) -> pb.TranslateResponse:
         start = time.monotonic()
-        code = grpc.StatusCode.OK
+        code: grpc.StatusCode | None = grpc.StatusCode.OK
         self.active += 1
         try:
             self._admissible(request)
             return await self._translate(request, _deadline(context))
         except RequestError as e:
-            code = e.code
+            # Counted before the status goes out: a client that reads the metric right after its
+            # answer must see its call counted (counting in `finally` raced the next scrape).
+            self._observe("Translate", e.code, start)
+            code = None
             await context.abort(e.code, e.message)
             raise  # unreachable: abort raises
         except asyncio.CancelledError:
@@ -154,7 +157,8 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             raise
         finally:
             self.active -= 1
-            self._observe("Translate", code, start)
+            if code is not None:
+                self._observe("Translate", code, start)
 
     async def TranslateStream(self, request_iterator, context: grpc.aio.ServicerContext):
         """Answers each request as it finishes (tagged with its request_id); a request that
