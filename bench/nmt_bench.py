@@ -71,7 +71,6 @@ from cli import (
     fail,
 )
 from engine.defaults import LENGTH_PENALTY, default_max_len
-from engine.placeholders import restore
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = "server"
@@ -122,11 +121,7 @@ def load_items(args: argparse.Namespace, data_cfg: Any, tokenizer: Any) -> list[
         raw = [x for d in directions for x in by_dir[d]]
     if not raw:
         raise UsageError("no sentences: the checkpoint's data has no test split here; pass --input")
-    items = []
-    for s, sl, tl, r in raw:  # protected as the server protects what it is sent
-        protected = tokenizer.protector.protect(s)
-        items.append(Item(s, sl, tl, r, tokenizer.encode_source(protected.text, tl), protected.originals))
-    return items
+    return [Item(s, sl, tl, r, *tokenizer.encode_protected(s, tl)) for s, sl, tl, r in raw]
 
 
 def make_batches(items: list[Item], batch_size: int) -> list[Batch]:
@@ -280,7 +275,7 @@ def run_config(args: argparse.Namespace, engine: str, mode: str, bs: int, items:
     for i, ids in zip(rows, result["outputs"]):
         if engine.startswith(("ct2", "hf", "optimum")) and beam == 1:  # one bound per call: cut rows at their own
             ids = ids[: default_max_len(len(items[i].ids), cap)]
-        texts[i], tokens[i] = restore(tokenizer.decode(ids), items[i].originals), len(ids)
+        texts[i], tokens[i] = tokenizer.decode_restored(ids, items[i].originals), len(ids)
     row = summarise(engine, mode, bs, batches, sum(latencies), latencies, texts, tokens, items,
                     result["peak_rss_delta_mib"])
     return [{**row, "device": result["device"], "variant": result["variant"], "resident": result["resident"]}]

@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 
 from engine.package import ModelPackage
-from engine.placeholders import restore
 from engine.runtime import Runtime
 from export.verify import cpu_runtime, decode, step_log_probs
 
@@ -103,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         test = [(pair.direction, pair.src, pair.tgt) for pair in load_pairs(cfg.data, "test")]
     for direction, src, ref in test:
         if direction in data and len(data[direction][0]) < args.sentences:
-            protected = tokenizer.protector.protect(src)  # as the server protects what it is sent
-            data[direction][0].append(tokenizer.encode_source(protected.text, parse_direction(direction)[1]))
-            originals[direction].append(protected.originals)
+            ids, spans = tokenizer.encode_protected(src, parse_direction(direction)[1])  # as the server does
+            data[direction][0].append(ids)
+            originals[direction].append(spans)
             data[direction][1].append(ref)
     runtimes = {}
     for spec in args.variants:
@@ -126,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                     tokens[i] = nbest[0].tokens
             outputs[name] = tokens
             alone = [decode(rt, [s])[0][0].tokens for s in sources]
-            bleu, chrf, _ = score([restore(tokenizer.decode(t), o) for t, o in zip(tokens, originals[direction])], refs)
+            bleu, chrf, _ = score([tokenizer.decode_restored(t, o) for t, o in zip(tokens, originals[direction])], refs)
             differ = sum(a != t for a, t in zip(alone, tokens))
             error, agree = forced_closeness(rt, runtimes[reference], sources, outputs[reference])
             result["quality"].append({"direction": direction, "variant": name, "bleu": bleu, "chrf": chrf,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gettext
 import hashlib
 import json
+import random
 import re
 from collections.abc import Iterable, Sequence
 from html.parser import HTMLParser
@@ -243,8 +244,6 @@ def sample_test(languages: Sequence[str] = LANGUAGES, per_language: int = 40, se
                 cache: Path | None = None) -> list[tuple[str, str, str, str]]:
     """A fixed sample of the help's test split for a quick gate: ``per_language`` paragraphs of
     5 to 40 words per language, as (language, key, English, translation), used both ways."""
-    import random
-
     out = []
     for lang in languages:
         rows = [r for r in read_rows("libreoffice-help", "test", lang, cache) if 5 <= len(r[1].split()) <= 40]

@@ -24,7 +24,6 @@ from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, ex
 from engine.decoding import DecodeOptions, Hypothesis, Job, decode_all
 from engine.defaults import default_max_len
 from engine.package import ModelPackage, PackageError
-from engine.placeholders import restore
 from engine.runtime import Runtime, RuntimeOptions
 
 
@@ -112,15 +111,14 @@ def translate_onnx(rt: Runtime, tokenizer, texts: Sequence[str], target_lang: st
     """Translate texts with the package (batched by length, returned in input order); spans are
     protected by placeholders when the tokenizer has them, as training/decode.py ``translate``
     and the server do."""
-    protected = [tokenizer.protector.protect(t) for t in texts]
-    encoded = [tokenizer.encode_source(p.text, target_lang) for p in protected]
-    order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+    encoded = [tokenizer.encode_protected(t, target_lang) for t in texts]  # (ids, originals) each
+    order = sorted(range(len(texts)), key=lambda i: len(encoded[i][0]))
     out = [""] * len(texts)
     options = DecodeOptions(beam_size=beam_size)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        for i, nbest in zip(idx, decode(rt, [encoded[i] for i in idx], options)):
-            out[i] = restore(tokenizer.decode(nbest[0].tokens), protected[i].originals)
+        for i, nbest in zip(idx, decode(rt, [encoded[i][0] for i in idx], options)):
+            out[i] = tokenizer.decode_restored(nbest[0].tokens, encoded[i][1])
     return out
 
 

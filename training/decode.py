@@ -15,7 +15,6 @@ import torch
 from torch import Tensor
 
 from engine.defaults import BOS_ID, EOS_ID, LENGTH_PENALTY, PAD_ID, default_max_len, length_penalty
-from engine.placeholders import restore
 from training.data import pad
 from training.model import Transformer
 
@@ -203,17 +202,16 @@ def translate(model: Transformer, tokenizer, texts: Sequence[str], target_lang: 
               batch_size: int = 64, alpha: float = LENGTH_PENALTY, device: torch.device | str = "cpu") -> list[str]:
     """Translate texts (batched by length, returned in input order)."""
     model.eval()
-    protected = [tokenizer.protector.protect(t) for t in texts]
-    encoded = [tokenizer.encode_source(p.text, target_lang) for p in protected]
-    order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+    encoded = [tokenizer.encode_protected(t, target_lang) for t in texts]  # (ids, originals) each
+    order = sorted(range(len(texts)), key=lambda i: len(encoded[i][0]))
     results: list[str] = [""] * len(texts)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        src = pad([encoded[i] for i in idx]).to(device)
+        src = pad([encoded[i][0] for i in idx]).to(device)
         if beam_size == 1:
             hyps = greedy_search(model, src)
         else:
             hyps = [nb[0] for nb in beam_search(model, src, beam_size=beam_size, alpha=alpha)]
         for i, h in zip(idx, hyps):
-            results[i] = restore(tokenizer.decode(h.tokens), protected[i].originals)
+            results[i] = tokenizer.decode_restored(h.tokens, encoded[i][1])
     return results

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from engine.placeholders import Protector
+from engine.placeholders import Protector, restore
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -69,6 +69,16 @@ class Tokenizer:
     def encode_source(self, text: str, target_lang: str) -> list[int]:
         """Source ids as the model sees them: target tag, pieces, eos."""
         return [self.tag_id(target_lang), *self.encode(text), EOS_ID]
+
+    def encode_protected(self, text: str, target_lang: str) -> tuple[list[int], tuple[str, ...]]:
+        """Source ids of ``text`` with its spans replaced by placeholders (when this vocabulary
+        has them, as the server does), and what each placeholder stands for."""
+        protected = self.protector.protect(text)
+        return self.encode_source(protected.text, target_lang), protected.originals
+
+    def decode_restored(self, ids: Iterable[int], originals: Sequence[str]) -> str:
+        """Text of output ``ids`` with the placeholders of ``encode_protected`` put back."""
+        return restore(self.decode(ids), originals)
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.sp.id_to_piece(int(i)) for i in ids]

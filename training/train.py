@@ -351,10 +351,10 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
             (out / "history.json").write_text(json.dumps(state.history))
             plot_curves(state.history, out / "curves.png")
 
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if tc.bf16 and bf16_native(device)
-                else nullcontext())
+    use_bf16 = tc.bf16 and bf16_native(device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
     if d.main:
-        print(f"precision: {'bfloat16 autocast, fp32 weights' if tc.bf16 and bf16_native(device) else 'fp32'}",
+        print(f"precision: {'bfloat16 autocast, fp32 weights' if use_bf16 else 'fp32'}",
               flush=True)
     model.train()
     started = time.monotonic() - state.elapsed
