@@ -30,6 +30,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -79,6 +81,8 @@ V1_INT_OPTIONS = ("beam_size", "num_hypotheses", "max_output_tokens")
 V1_BOOL_OPTIONS = ("return_scores", "return_attention", "no_sentence_split")
 V1_KEYS = ("q", "source", "target", "model", *V1_INT_OPTIONS, "length_penalty", *V1_BOOL_OPTIONS, "api_key")
 UINT32_MAX = 2**32 - 1
+MAX_JSON_DEPTH = 32  # a request body needs 2 levels (an object holding a list of strings)
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class GatewayError(Exception):
@@ -230,6 +234,35 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+class HostCheck:
+    """Refuses (400) a request whose Host header is not one of ``names`` (lower case, no port;
+    None: any). A gateway listening on this machine only answers to localhost's names, so a
+    page on another site cannot reach it by pointing its own name at 127.0.0.1 (DNS rebinding)."""
+
+    def __init__(self, app: ASGIApp, names: frozenset[str] | None) -> None:
+        self.app, self.names = app, names
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.names is None:
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        if host_name(given) not in self.names:
+            error = bad_request(f"Host {given[:100]!r} is not a name of this gateway (--allowed-hosts): "
+                                f"{', '.join(sorted(self.names))}")
+            await error.response()(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def host_name(header: str) -> str:
+    """A Host header's name without its port, lower case: "[::1]:5000" -> "::1"."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
 async def until_disconnected(request: Request, work: Awaitable[T]) -> T | None:
     """``await work``, unless the client disconnects first: then the work is cancelled (a
     cancelled grpc.aio call cancels the RPC, and the server frees its rows) and the answer
@@ -257,14 +290,41 @@ async def _disconnect(receive: Receive) -> None:
 
 # ---------------------------------------------------------------- request bodies
 async def json_body(request: Request) -> dict[str, Any]:
+    """The body as a JSON object; 400 with one line for anything else (bad syntax, bad UTF-8,
+    nesting deeper than any request needs, a lone surrogate that no text may hold)."""
     body = await request.body()
     try:
         data = json.loads(body)
+    except RecursionError:
+        raise bad_request(f"Invalid JSON format: nested deeper than {MAX_JSON_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise bad_request(f"Invalid JSON format: {str(e)[:200]}") from None
     if not isinstance(data, dict):
         raise bad_request("Invalid JSON format: the body must be a JSON object")
+    if problem := _json_problem(data):
+        raise bad_request(f"Invalid JSON format: {problem}")
     return data
+
+
+def _json_problem(data: Any) -> str:
+    """What makes a parsed body unusable ("" when nothing): nesting deeper than
+    MAX_JSON_DEPTH, or a string (key or value) with a lone surrogate such as "\\ud800",
+    which JSON's escapes allow and UTF-8 (gRPC, the tokenizer) cannot carry. Iterative: a
+    deep body must not exhaust Python's stack here either."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if SURROGATE.search(value):
+                return "a string holds a lone surrogate (such as \\ud800): text must be valid Unicode"
+        elif isinstance(value, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                return f"nested deeper than {MAX_JSON_DEPTH} levels"
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                stack.append((key, depth))
+                stack.append((item, depth + 1))
+    return ""
 
 
 def is_json(request: Request) -> bool:
@@ -322,10 +382,19 @@ class Gateway:
         assert self.upstream is not None, "the app's lifespan makes the channel"
         return self.upstream
 
-    def check_key(self, given: Any) -> None:
-        """403 unless the request carries one of the configured keys (none configured: no check)."""
+    def check_key(self, request: Request, given: Any) -> None:
+        """403 unless the request carries one of the configured keys (none configured: no check),
+        as api_key in the body or as 'Authorization: Bearer KEY' (the scheme in any case). A key
+        in the URL is refused whether or not keys are configured: URLs end up in access logs,
+        proxies' logs and browser histories (the gateway's own access log masks it)."""
+        if any(name.lower() == "api_key" and value for name, value in request.query_params.multi_items()):
+            raise bad_request("Invalid request: api_key must not be sent in the URL, which is written to logs; send "
+                              "it in the body or as the header 'Authorization: Bearer KEY'")
         if not self.api_keys:
             return
+        if given is None or given == "":
+            scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
+            given = token.strip() if scheme.lower() == "bearer" else None
         if given is None or given == "":
             raise GatewayError(403, "Invalid request: missing api_key parameter (this server needs an API key; ask "
                                     "its operator for one)")
@@ -337,7 +406,7 @@ class Gateway:
     # ------------------------------------------------------------ LibreTranslate's API
     async def translate(self, request: Request) -> Response:
         p = await libre_fields(request, self.cfg.max_body_bytes)
-        self.check_key(p.get("api_key"))
+        self.check_key(request, p.get("api_key"))
         q = p.get("q")
         if not q:
             raise bad_request("Invalid request: missing q parameter")
@@ -416,7 +485,7 @@ class Gateway:
         unknown = [k for k in body if k not in V1_KEYS]
         if unknown:
             raise bad_request(f"unknown keys: {', '.join(repr(k)[:60] for k in unknown)}; known: {', '.join(V1_KEYS)}")
-        self.check_key(body.get("api_key"))
+        self.check_key(request, body.get("api_key"))
         translate = _v1_request(body)
         deadline = Deadline.of(request, self.cfg.timeout)
         result = await until_disconnected(request, self._v1(translate, deadline))
@@ -593,7 +662,15 @@ def create_app(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_
         Route("/", guarded(gateway.index), methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=gateway.lifespan, middleware=[Middleware(BodyLimit, cfg.max_body_bytes)],
+    middleware = [Middleware(HostCheck, cfg.host_names())]
+    if origins := cfg.cors_origin_list():
+        # Browser clients on other origins may read the answers (LibreTranslate allows any origin);
+        # keys travel in bodies or the Authorization header, never in cookies, so "*" is safe.
+        middleware.append(Middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST"],
+                                     allow_headers=["Content-Type", "Authorization", "X-Timeout-Seconds"],
+                                     expose_headers=["Retry-After"], max_age=600))
+    middleware.append(Middleware(BodyLimit, cfg.max_body_bytes))
+    app = Starlette(routes=routes, lifespan=gateway.lifespan, middleware=middleware,
                     exception_handlers={GatewayError: _gateway_error, HTTPException: _http_error,
                                         Exception: _unexpected})
     app.state.gateway = gateway

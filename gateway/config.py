@@ -21,6 +21,7 @@ from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
 
 ENV_PREFIX = "NMT_HTTP_"
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,27 @@ class GatewayConfig(Settings):
     beam_size: int = setting(4, "beam size of /translate (LibreTranslate's API, which has no such option), "
                                 "raised to alternatives + 1 when more alternatives are asked for, at most the "
                                 "server's largest beam; /v1/translate takes beam_size per request")
+    cors_origins: str = setting("*", "origins whose web pages may call the API from a browser (CORS), separated "
+                                     "by commas: * for any (as LibreTranslate), empty for none")
+    allowed_hosts: str = setting("auto", "Host header values accepted, separated by commas (* for any): auto "
+                                         "accepts localhost, 127.0.0.1 and ::1 when listening on this machine only "
+                                         "(a page on another site cannot reach it through DNS rebinding) and any "
+                                         "name otherwise")
+    max_connections: int = setting(1000, "HTTP connections open at once; a connection beyond it is answered 503 "
+                                         "and closed at once")
+    header_seconds: float = setting(10.0, "time a client has to send a request's headers (and to start it on a "
+                                          "new connection); a slower one is disconnected")
+    body_seconds: float = setting(30.0, "time a client has to send a request's body once its headers are in; a "
+                                        "slower one is answered 408")
     log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
 
     def problems(self) -> list[str]:
         out = []
+        if self.max_connections < 1:
+            out.append(f"{flag('max_connections')} is {self.max_connections}; it must be at least 1")
+        for name in ("header_seconds", "body_seconds"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                out.append(f"{flag(name)} is {getattr(self, name)}; it must be a number of seconds above 0")
         if not self.grpc_address.strip():
             out.append(f"{flag('grpc_address')} is empty; give HOST:PORT of nmt-serve, such as 127.0.0.1:50051")
         elif not _has_port(self.grpc_address):
@@ -63,6 +81,16 @@ class GatewayConfig(Settings):
             out.append(f"{flag('beam_size')} is {self.beam_size}; it must be at least 1")
         out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)
         return out
+
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    def host_names(self) -> frozenset[str] | None:
+        """The Host header names accepted (lower case, no port); None: any."""
+        if self.allowed_hosts.strip() == "auto":
+            return LOOPBACK_NAMES if self.host.strip().strip("[]") in LOOPBACK_NAMES else None
+        names = frozenset(h.strip().lower().strip("[]") for h in self.allowed_hosts.split(",") if h.strip())
+        return None if "*" in names else names
 
     def api_keys(self) -> frozenset[str]:
         """The keys a translation request must carry one of; empty: no key needed."""

@@ -13,6 +13,8 @@ import dataclasses
 import errno
 import json
 import logging
+import re
+import resource
 import signal
 import socket
 import sys
@@ -22,8 +24,37 @@ import uvicorn
 from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from gateway.app import create_app
 from gateway.config import ConfigError, GatewayConfig, parse_args
+from gateway.connections import AcceptErrors, ConnectionGuard, protocol_class
 
 log = logging.getLogger("nmt.http")
+FD_HEADROOM = 64  # file descriptors kept beyond --max-connections: the gRPC channel, logs, the listening socket
+
+
+class MaskKeys(logging.Filter):
+    """The access log never shows an API key: api_key=... in a logged URL becomes api_key=***
+    (the gateway refuses such requests, but their line is written first)."""
+
+    PATTERN = re.compile(r"(?i)(api_key=)[^&\s#]*")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args and isinstance(record.args, tuple):
+            record.args = tuple(self.PATTERN.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def _add_filter_once(logger: logging.Logger, kind: type[logging.Filter]) -> None:
+    if not any(isinstance(f, kind) for f in logger.filters):
+        logger.addFilter(kind())
+
+
+def raise_file_limit(needed: int) -> int:
+    """Raise this process's open-file limit towards ``needed`` (within the hard limit, as nginx's
+    worker_rlimit_nofile does); the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return soft
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -58,8 +89,13 @@ def cannot_listen(host: str, port: int, error: OSError) -> str:
 def server(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_token: str = "") -> uvicorn.Server:
     """The uvicorn server of the gateway (run it with ``.run(sockets=[listen(...)])``)."""
     app = create_app(cfg, api_keys, grpc_token)
+    guard = ConnectionGuard(cfg.max_connections, cfg.header_seconds, cfg.body_seconds)
+    app.state.connections = guard
+    _add_filter_once(logging.getLogger("uvicorn.access"), MaskKeys)
+    _add_filter_once(logging.getLogger("asyncio"), AcceptErrors)
     # log_config=None: uvicorn's loggers go to the root logger, in the project's format.
-    return uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=cfg.log_level.lower(), lifespan="on",
+    return uvicorn.Server(uvicorn.Config(app, http=protocol_class(guard), log_config=None,
+                                         log_level=cfg.log_level.lower(), lifespan="on",
                                          timeout_graceful_shutdown=int(cfg.timeout) + 1, server_header=False))
 
 
@@ -73,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         return fail("nmt-http", str(e), EXIT_USAGE)
     log.info("configuration: %s (%d API keys)", json.dumps(dataclasses.asdict(cfg), sort_keys=True),
              len(keys))
+    files = raise_file_limit(cfg.max_connections + FD_HEADROOM)
+    if files < cfg.max_connections + FD_HEADROOM:
+        log.warning("this process may open %d files: fewer than --max-connections %d needs (%d); lower it or raise "
+                    "the limit (ulimit -n)", files, cfg.max_connections, cfg.max_connections + FD_HEADROOM)
     try:
         sock = listen(cfg.host, cfg.port)
     except OSError as e:

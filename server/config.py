@@ -60,8 +60,18 @@ class ServerConfig(Settings):
                                   "is visible to every user of the machine in the process list: prefer "
                                   "NMT_AUTH_TOKEN or --auth-token-file")
     auth_token_file: str = setting("", "read the bearer token from this file (surrounding whitespace is ignored)")
-    max_concurrent_rpcs: int = setting(1024, "calls handled at once; the excess gets RESOURCE_EXHAUSTED at once "
-                                             "(health included)")
+    max_concurrent_rpcs: int = setting(1024, "translation calls (Translate and TranslateStream) handled at once; "
+                                             "the excess gets RESOURCE_EXHAUSTED at once. Health is not counted: "
+                                             "it always answers")
+    max_streams: int = setting(256, "TranslateStream calls open at once (within --max-concurrent-rpcs); the "
+                                    "excess gets RESOURCE_EXHAUSTED at once")
+    stream_idle_seconds: float = setting(60.0, "a stream with no request in flight that sends nothing for this "
+                                               "long is closed (DEADLINE_EXCEEDED), so idle clients cannot "
+                                               "hold every call")
+    max_connections: int = setting(1000, "TCP connections to the gRPC port open at once; one beyond it is "
+                                         "closed at once")
+    handshake_seconds: float = setting(10.0, "time a new connection has to complete its TLS and HTTP/2 "
+                                             "handshake; one that sends nothing is closed after it")
     log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
 
     def problems(self) -> list[str]:
@@ -69,7 +79,8 @@ class ServerConfig(Settings):
         out = []
         at_least = {"port": 0, "threads": 0, "max_texts": 1, "max_chars": 1, "max_tokens": 3,
                     "max_output_tokens": 1, "max_beam": 1, "max_message_bytes": 1024, "max_batch_rows": 1,
-                    "max_tokens_in_flight": 1, "max_queue": 1, "stream_window": 1, "max_concurrent_rpcs": 1}
+                    "max_tokens_in_flight": 1, "max_queue": 1, "stream_window": 1, "max_concurrent_rpcs": 1,
+                    "max_streams": 1, "max_connections": 1}
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 out.append(f"{flag(name)} is {getattr(self, name)}; it must be at least {low}")
@@ -80,6 +91,9 @@ class ServerConfig(Settings):
             out.append(f"{flag('metrics_port')} is {self.metrics_port}; give a port, 0 for a free one or -1 for none")
         if not 0 <= self.grace_seconds < float("inf"):
             out.append(f"{flag('grace_seconds')} is {self.grace_seconds}; it must be 0 or more")
+        for name in ("stream_idle_seconds", "handshake_seconds"):
+            if not 0 < getattr(self, name) < float("inf"):
+                out.append(f"{flag(name)} is {getattr(self, name)}; it must be a number of seconds above 0")
         out += one_of("device", self.device, DEVICES)
         out += one_of("device_resident", self.device_resident, RESIDENT_MODES)
         out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)

@@ -40,6 +40,7 @@ from server.service import LoadedModel, TranslatorService, tolerant
 log = logging.getLogger("nmt.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Translator"].full_name  # "nmt.v1.Translator"
 OPEN_METHODS = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # reachable without the bearer token
+HEALTH_CALLS = 64  # calls grpc admits beyond --max-concurrent-rpcs: room kept for health and reflection
 
 
 @dataclass
@@ -166,14 +167,16 @@ class TokenAuth(grpc.aio.ServerInterceptor):
     """Every RPC except health and reflection needs ``authorization: Bearer <token>``."""
 
     def __init__(self, token: str) -> None:
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
         if handler is None or details.method.startswith(OPEN_METHODS):
             return handler
-        given = dict(details.invocation_metadata or ()).get("authorization", "")
-        if hmac.compare_digest(str(given).encode(), self.expected):
+        given = str(dict(details.invocation_metadata or ()).get("authorization", "")).strip()
+        scheme, _, token = given.partition(" ")
+        # The scheme is case-insensitive (RFC 9110 11.1): "bearer TOKEN" is as good as "Bearer TOKEN".
+        if hmac.compare_digest(token.strip().encode(), self.expected) and scheme.lower() == "bearer":
             return handler
 
         async def deny(request_or_iterator, context):
@@ -255,12 +258,18 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
     metrics = Metrics()
     options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
                ("grpc.max_send_message_length", cfg.max_message_bytes),
-               ("grpc.so_reuseport", 0)]
+               ("grpc.so_reuseport", 0),
+               # Idle or half-open TCP connections must not take the port: a cap, and a deadline for the
+               # handshake (grpc's default is 120 s; it also closes a connection that sends no HTTP/2 settings).
+               ("grpc.max_allowed_incoming_connections", cfg.max_connections),
+               ("grpc.server_handshake_timeout_ms", int(cfg.handshake_seconds * 1000))]
     token = cfg.bearer_token()
     # The token check comes first, so that a refused call's body is not even parsed.
     interceptors = [*([TokenAuth(token)] if token else []), TolerantRequests()]
+    # grpc's own cap sits above ours by HEALTH_CALLS: translation calls beyond
+    # --max-concurrent-rpcs are refused by the servicer, so health always finds room.
     server = grpc.aio.server(options=options, interceptors=interceptors,
-                             maximum_concurrent_rpcs=cfg.max_concurrent_rpcs)
+                             maximum_concurrent_rpcs=cfg.max_concurrent_rpcs + HEALTH_CALLS)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     for name in ("", SERVICE_NAME):

@@ -39,6 +39,7 @@ from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, QueueFull
 log = logging.getLogger("nmt.server")
 DEADLINE_SLACK = 0.1  # seconds: a cancellation this close to the deadline is the deadline
 LOG_EVERY = 10.0  # seconds between two log lines about malformed requests
+_READ_ALL = object()  # TranslateStream: the client closed its side and every request was read
 
 
 WIRE_STOP_REASON = {reason: pb.StopReason.Value(f"STOP_REASON_{reason.name}") for reason in StopReason}
@@ -129,7 +130,8 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     def __init__(self, models: dict[str, LoadedModel], cfg: ServerConfig, metrics: Metrics) -> None:
         self.cfg, self.metrics = cfg, metrics
         self.draining = False
-        self.active = 0  # RPCs being handled (drain waits for them)
+        self.active = 0  # translation calls being handled (drain waits for them; admission counts them)
+        self.streams = 0  # of which TranslateStream calls
         self._malformed_logged_at, self._malformed_unlogged = -LOG_EVERY, 0
         self.set_models(models)
 
@@ -143,6 +145,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         code: grpc.StatusCode | None = grpc.StatusCode.OK
         self.active += 1
         try:
+            self._admit()
             self._admissible(request)
             return await self._translate(request, _deadline(context))
         except RequestError as e:
@@ -161,15 +164,19 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 self._observe("Translate", code, start)
 
     async def TranslateStream(self, request_iterator, context: grpc.aio.ServicerContext):
-        """Answers each request as it finishes (tagged with its request_id); a request that
-        fails, or a message that is not valid protobuf, is answered in band and the stream
-        goes on: work already accepted is never dropped because of a later bad message."""
+        """Answers each request the moment it finishes (tagged with its request_id), whatever
+        the client is doing: a reader task takes requests off the stream while this generator
+        writes answers, so a client that waits for an answer before it sends the next request
+        gets it at once. A request that fails, or a message that is not valid protobuf, is
+        answered in band and the stream goes on: work already accepted is never dropped
+        because of a later bad message."""
         start = time.monotonic()
         code = grpc.StatusCode.OK
         window = asyncio.Semaphore(self.cfg.stream_window)
-        results: asyncio.Queue = asyncio.Queue()
+        results: asyncio.Queue = asyncio.Queue()  # answers, then _READ_ALL or the reader's exception
         deadline = _deadline(context)
-        pending = 0
+        tasks: set[asyncio.Task] = set()
+        accepted = 0
 
         async def one(request: pb.TranslateRequest | Malformed) -> None:
             try:
@@ -182,31 +189,63 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 window.release()
             await results.put(response)
 
-        tasks = set()
+        async def read() -> None:
+            nonlocal accepted
+            try:
+                async for request in request_iterator:
+                    await window.acquire()  # at most stream_window requests decode at once
+                    task = asyncio.create_task(one(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    accepted += 1
+                await results.put(_READ_ALL)
+            except Exception as e:  # the transport failed: the writer re-raises it
+                await results.put(e)
+
         self.active += 1
+        self.streams += 1
+        reader = None
         try:
-            async for request in request_iterator:
-                await window.acquire()
-                task = asyncio.create_task(one(request))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                pending += 1
-                while not results.empty():
-                    yield results.get_nowait()
-                    pending -= 1
-            while pending:
-                yield await results.get()
-                pending -= 1
+            try:
+                self._admit(stream=True)
+            except RequestError as e:
+                code = e.code
+                await context.abort(e.code, e.message)
+            reader = asyncio.create_task(read())
+            answered, read_all = 0, False
+            idle = self.cfg.stream_idle_seconds
+            while not read_all or answered < accepted:
+                try:
+                    # An open stream with nothing in flight holds a call slot and a connection;
+                    # one that stays so for stream_idle_seconds is closed (as proxies do).
+                    item = await asyncio.wait_for(results.get(), idle if answered == accepted else None)
+                except TimeoutError:
+                    if answered < accepted:
+                        continue  # a request arrived as the clock ran out
+                    code = grpc.StatusCode.DEADLINE_EXCEEDED
+                    await context.abort(code, f"the stream was idle for {idle:g} s: no request and none in "
+                                              f"flight (--stream-idle-seconds); open a new stream to go on")
+                if item is _READ_ALL:
+                    read_all = True
+                elif isinstance(item, Exception):
+                    raise item
+                else:
+                    yield item
+                    answered += 1
         except asyncio.CancelledError:
             code = _why_cancelled(context)
             raise
         except Exception:
-            code = grpc.StatusCode.UNKNOWN
+            if code == grpc.StatusCode.OK:  # not an abort of ours (those set the code first)
+                code = grpc.StatusCode.UNKNOWN
             raise
         finally:
+            if reader:
+                reader.cancel()
             for task in tasks:
                 task.cancel()
             self.active -= 1
+            self.streams -= 1
             self._observe("TranslateStream", code, start)
 
     async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:
@@ -395,6 +434,20 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     def _cancel(model: LoadedModel, tickets: list[Ticket]) -> None:
         for t in tickets:
             model.scheduler.cancel(t)
+
+    def _admit(self, stream: bool = False) -> None:
+        """Raise RESOURCE_EXHAUSTED for a call beyond --max-concurrent-rpcs (or a stream beyond
+        --max-streams); the caller has counted itself in ``active`` (and ``streams``). Health
+        is not counted: it has room of its own (server/main.py), so it answers however busy
+        or however many idle clients hold calls open."""
+        if stream and self.streams > self.cfg.max_streams:
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"{self.streams - 1} streams are open; the limit is {self.cfg.max_streams} "
+                               f"(--max-streams): try again later or send Translate calls")
+        if self.active > self.cfg.max_concurrent_rpcs:
+            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"{self.active - 1} calls are in progress; the limit is "
+                               f"{self.cfg.max_concurrent_rpcs} (--max-concurrent-rpcs): try again later")
 
     def _admissible(self, request: pb.TranslateRequest | Malformed) -> None:
         """Raise RequestError for a message that is not a request, or while draining."""

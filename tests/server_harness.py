@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from pathlib import Path
 
 import grpc
+import pytest
 
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
@@ -58,3 +60,20 @@ class ServerThread:
 def request(*texts: str, src: str = "en", tgt: str = "de", **options) -> pb.TranslateRequest:
     return pb.TranslateRequest(texts=list(texts), source_lang=src, target_lang=tgt,
                                options=pb.DecodingOptions(**options))
+
+
+def code_and_details(fn) -> tuple[grpc.StatusCode, str]:
+    """The status code and details of the RpcError that ``fn()`` raises."""
+    with pytest.raises(grpc.RpcError) as err:
+        fn()
+    return err.value.code(), err.value.details()
+
+
+def wait_until(cond, timeout: float = 30.0) -> None:
+    """Poll ``cond`` until it holds (30 s: CI machines run other suites beside this one)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -26,44 +25,14 @@ from cli import EXIT_OK, EXIT_USAGE, options_without_help
 from gateway.app import STATIC_DIR
 from gateway.config import GatewayConfig, build_parser, parse_args
 from gateway.html_text import HtmlText
-from gateway.main import listen
-from gateway.main import server as gateway_server
 from nmt.v1 import translator_pb2 as pb
-from tests.server_harness import TEXTS, ServerThread, request
+from tests.gateway_harness import GatewayThread
+from tests.server_harness import TEXTS, ServerThread, request, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = "All things were made through him. Without him was not anything made that has been made."
 STOP = {pb.STOP_REASON_UNSPECIFIED: "UNSPECIFIED", pb.STOP_REASON_END_OF_SENTENCE: "END_OF_SENTENCE",
         pb.STOP_REASON_LENGTH_LIMIT: "LENGTH_LIMIT"}
-
-
-class GatewayThread:
-    """The gateway as nmt-http runs it (uvicorn on a socket bound by gateway.main.listen), in a thread."""
-
-    def __init__(self, cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_token: str = "") -> None:
-        self.sock = listen("127.0.0.1", 0)
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = gateway_server(cfg, api_keys, grpc_token)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        wait_until(lambda: self.server.started, 10)
-        self.client = httpx.Client(base_url=self.url, timeout=60)
-
-    def stop(self) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
-
-
-def wait_until(cond, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 def free_port() -> int:
@@ -410,6 +379,88 @@ def test_api_keys_are_needed_when_configured(server, tmp_path):
         assert [g.client.get(p).status_code for p in ("/languages", "/v1/models", "/readyz")] == [200, 200, 200]
     finally:
         g.stop()
+
+
+def test_a_key_in_the_url_is_refused_and_never_logged_and_the_header_is_taken(server, tmp_path, caplog):
+    keys = tmp_path / "keys"
+    keys.write_text("k-alice\n")
+    cfg = parse_args(["--grpc-address", server.address, "--api-keys-file", str(keys)], {})
+    g = GatewayThread(cfg, cfg.api_keys())
+    body = {"q": "Jesus wept.", "source": "en", "target": "de"}
+    caplog.set_level(logging.INFO, logger="uvicorn.access")
+    try:
+        for path in ("/translate?api_key=k-alice", "/v1/translate?API_KEY=k-alice&x=1"):
+            r = g.client.post(path, json={**body, "api_key": "k-alice"} if path.startswith("/v1") else body)
+            assert (r.status_code, r.json()) == (400, {"error": "Invalid request: api_key must not be sent in the URL, "
+                                                                "which is written to logs; send it in the body or as "
+                                                                "the header 'Authorization: Bearer KEY'"})
+        # The scheme is case-insensitive; a wrong key in the header is as wrong as in the body.
+        for scheme in ("Bearer", "bearer", "BEARER"):
+            r = g.client.post("/translate", json=body, headers={"authorization": f"{scheme} k-alice"})
+            assert r.status_code == 200, scheme
+        r = g.client.post("/translate", json=body, headers={"authorization": "Bearer k-eve"})
+        assert (r.status_code, r.json()) == (403, {"error": "Invalid API key"})
+        assert g.client.post("/v1/translate", json=body, headers={"authorization": "bearer k-alice"}).status_code == 200
+    finally:
+        g.stop()
+    access = [r.getMessage() for r in caplog.records if r.name == "uvicorn.access"]
+    assert any("api_key=***" in line for line in access) and any("API_KEY=***&x=1" in line for line in access)
+    assert "k-alice" not in caplog.text
+
+
+def test_malformed_json_is_one_line_400_and_no_traceback(http, caplog):
+    deep = b'{"q": ' + b"[" * 2000 + b"]" * 2000 + b', "source": "en", "target": "de"}'
+    cases = [
+        (deep, "Invalid JSON format: nested deeper than 32 levels"),
+        (b'{"q": ' + b"[" * 40 + b'"a"' + b"]" * 40 + b"}", "Invalid JSON format: nested deeper than 32 levels"),
+        (b'{"q": "\\ud800", "source": "en", "target": "de"}',
+         "Invalid JSON format: a string holds a lone surrogate (such as \\ud800): text must be valid Unicode"),
+        (b'{"\\udfff": 1, "q": "a", "source": "en", "target": "de"}',
+         "Invalid JSON format: a string holds a lone surrogate (such as \\ud800): text must be valid Unicode"),
+    ]
+    caplog.set_level(logging.INFO)
+    for path in ("/translate", "/v1/translate"):
+        for content, message in cases:
+            r = http.post(path, content=content, headers={"content-type": "application/json"})
+            assert (r.status_code, r.json()) == (400, {"error": message}), (path, content[:30])
+    assert "Traceback" not in caplog.text and not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # An emoji (a surrogate pair in JSON's escapes) is a character, not a lone surrogate.
+    r = http.post("/translate", content=b'{"q": "\\ud83d\\ude00", "source": "en", "target": "de"}',
+                  headers={"content-type": "application/json"})
+    assert r.status_code == 200
+
+
+def test_cors_lets_browser_pages_elsewhere_read_answers(http):
+    origin = {"origin": "https://app.example"}
+    r = http.options("/translate", headers={**origin, "access-control-request-method": "POST",
+                                            "access-control-request-headers": "content-type, authorization"})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
+    assert "POST" in r.headers["access-control-allow-methods"]
+    r = http.post("/translate", json={"q": "Jesus wept.", "source": "en", "target": "de"}, headers=origin)
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
+    assert r.headers["access-control-expose-headers"] == "Retry-After"
+
+
+def test_a_gateway_on_localhost_answers_only_to_localhosts_names(server, gw):
+    """DNS rebinding: a page on evil.example points its name at 127.0.0.1; the browser then sends
+    Host: evil.example, which a gateway listening on this machine only refuses."""
+    with httpx.Client(base_url=gw.url) as c:
+        r = c.get("/languages", headers={"host": f"evil.example:{gw.port}"})
+        assert (r.status_code, r.json()) == (400, {"error": f"Host 'evil.example:{gw.port}' is not a name of this "
+                                                            f"gateway (--allowed-hosts): 127.0.0.1, ::1, localhost"})
+        for host in (f"localhost:{gw.port}", f"127.0.0.1:{gw.port}", f"[::1]:{gw.port}", "LOCALHOST"):
+            assert c.get("/healthz", headers={"host": host}).status_code == 200, host
+    anywhere = GatewayThread(GatewayConfig(grpc_address=server.address, host="0.0.0.0"))  # in a container
+    try:
+        assert anywhere.client.get("/healthz", headers={"host": "translate.example"}).status_code == 200
+    finally:
+        anywhere.stop()
+    named = GatewayThread(GatewayConfig(grpc_address=server.address, allowed_hosts="translate.example, localhost"))
+    try:
+        assert named.client.get("/healthz", headers={"host": "translate.example"}).status_code == 200
+        assert named.client.get("/healthz", headers={"host": "127.0.0.1"}).status_code == 400
+    finally:
+        named.stop()
 
 
 def test_the_servers_bearer_token_is_sent(tiny_package, tmp_path):

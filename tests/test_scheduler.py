@@ -15,6 +15,7 @@ from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
 from server.metrics import Metrics
 from server.scheduler import DeadlineExpired, JobCancelled, Scheduler, SchedulerLimits
+from tests.server_harness import wait_until
 
 
 @pytest.fixture(scope="module", params=["off", "on"], ids=["host-caches", "resident-caches"])
@@ -38,13 +39,6 @@ def job(length: int = 0, beam: int = 1) -> Job:
     """A job on a short source; ``length`` > 0 forces exactly that many output tokens."""
     options = DecodeOptions(beam_size=beam, n_best=1, min_len=length)
     return Job([4, 10, 11, 12, 3], options, max_len=length or 20, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)
-
-
-def wait_until(cond, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "condition not reached in time"
-        time.sleep(0.005)
 
 
 def test_jobs_waiting_behind_expired_staged_jobs_are_picked_up(runtime):

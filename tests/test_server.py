@@ -20,7 +20,7 @@ from engine.placeholders import Protector, restore
 from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from server.segment import join, split_sentences, whole
-from tests.server_harness import TEXTS, ServerThread, request
+from tests.server_harness import TEXTS, ServerThread, code_and_details, request, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +58,6 @@ def alone(tiny_package):
         return join(text, spans, [sentence(text[s:e], tgt) for s, e in spans])
 
     return translate
-
-
-def code_and_details(fn):
-    with pytest.raises(grpc.RpcError) as err:
-        fn()
-    return err.value.code(), err.value.details()
 
 
 def test_translate_keeps_order_and_equals_translating_alone(stub, alone):
@@ -143,6 +137,31 @@ def test_stream_answers_every_request_with_its_id(stub, alone):
     assert answers["r3"].translations[0].hypotheses[0].text == alone(TEXTS[3])
 
 
+def test_stream_answers_go_out_while_the_client_waits_for_them(stub, alone):
+    """The interactive pattern: send one request, wait for its answer, then send the next.
+    Each answer must come while the client sends nothing (it used to wait for the next
+    message, i.e. for ever)."""
+    import queue
+
+    outbox: queue.Queue = queue.Queue()
+
+    def requests():
+        while (r := outbox.get()) is not None:
+            yield r
+
+    answers = stub.TranslateStream(requests(), timeout=60)
+    for i in range(3):
+        r = request(TEXTS[i])
+        r.request_id = f"q{i}"
+        outbox.put(r)
+        waited = time.monotonic()
+        answer = next(answers)  # the stream is still open: nothing more is sent until this returns
+        assert (answer.request_id, answer.translations[0].hypotheses[0].text) == (f"q{i}", alone(TEXTS[i]))
+        assert time.monotonic() - waited < 30  # an answer held back would wait for the 60 s deadline
+    outbox.put(None)
+    assert list(answers) == []
+
+
 def test_list_models(stub):
     [m] = stub.ListModels(pb.ListModelsRequest()).models
     assert (m.name, list(m.pairs), m.device, m.variant) == ("tiny", ["en-de", "de-en"], "cpu", "fp32")
@@ -167,15 +186,15 @@ def test_deadline_exceeded_frees_the_slot(server, stub):
     long_text = TEXTS[4]
     code, _ = code_and_details(lambda: stub.Translate(request(*[long_text] * 8, beam_size=8), timeout=0.01))
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
-    _wait_until(lambda: server.scheduler.in_flight == 0 and server.scheduler.queued == 0)
+    wait_until(lambda: server.scheduler.in_flight == 0 and server.scheduler.queued == 0)
 
 
 def test_cancelled_call_is_evicted(server, stub):
     long_text = TEXTS[1]  # one sentence: 8 texts are 8 jobs, and their answer fits in 64 KB
     future = stub.Translate.future(request(*[long_text] * 8, beam_size=8, max_output_tokens=200))
-    _wait_until(lambda: server.scheduler.in_flight > 0)
+    wait_until(lambda: server.scheduler.in_flight > 0)
     future.cancel()
-    _wait_until(lambda: server.scheduler.in_flight == 0 and server.scheduler.queued == 0)
+    wait_until(lambda: server.scheduler.in_flight == 0 and server.scheduler.queued == 0)
 
 
 def test_metrics_count_what_was_sent(server, stub):
@@ -196,15 +215,6 @@ def _metric(server, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[-1])
     return 0.0
-
-
-def _wait_until(cond, timeout: float = 30.0) -> None:  # CI machines run other suites beside this one
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 # ------------------------------------------------------------ what an adversarial probe found
@@ -274,13 +284,13 @@ def test_calls_past_their_deadline_are_counted_as_deadline_exceeded(server, stub
     before = _metric(server, 'nmt_requests_total{code="DEADLINE_EXCEEDED",method="Translate"}')
     code, _ = code_and_details(lambda: stub.Translate(request(*[TEXTS[1]] * 16, beam_size=8), timeout=0.01))
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
-    _wait_until(lambda: _metric(server, 'nmt_requests_total{code="DEADLINE_EXCEEDED",method="Translate"}')
+    wait_until(lambda: _metric(server, 'nmt_requests_total{code="DEADLINE_EXCEEDED",method="Translate"}')
                 == before + 1)  # was counted CANCELLED
     stream_before = _metric(server, 'nmt_requests_total{code="CANCELLED",method="TranslateStream"}')
     call = stub.TranslateStream(iter([request(TEXTS[4], beam_size=8, max_output_tokens=200)] * 30))
     next(call)
     call.cancel()
-    _wait_until(lambda: _metric(server, 'nmt_requests_total{code="CANCELLED",method="TranslateStream"}')
+    wait_until(lambda: _metric(server, 'nmt_requests_total{code="CANCELLED",method="TranslateStream"}')
                 == stream_before + 1)  # was always counted OK
 
 

@@ -5,6 +5,7 @@ one item, TLS and bearer tokens."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import datetime
 import os
 import shutil
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
-from tests.server_harness import ServerThread, request
+from tests.server_harness import ServerThread, code_and_details, request, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = "All things were made through him. Without him was not anything made that has been made."
@@ -428,4 +430,78 @@ def test_language_codes_are_case_insensitive(tiny_package):
             stub.Translate(request("Jesus wept.", src="EN", tgt="FR"))
         assert err.value.details() == "language pair 'en-fr' is not supported by model 'tiny'; supported: en-de, de-en"
     finally:
+        s.stop()
+
+
+def _idle_stream(stub, hold: threading.Event):
+    """A TranslateStream that sends nothing until ``hold`` is set; returns its answer iterator."""
+    def nothing():
+        hold.wait()
+        return
+        yield  # pragma: no cover
+    return stub.TranslateStream(nothing(), timeout=60)
+
+
+def test_idle_streams_cannot_take_health_or_every_call(tiny_package):
+    s = ServerThread(tiny_package, max_concurrent_rpcs=3, max_streams=8, stream_idle_seconds=30.0)
+    hold = threading.Event()
+    try:
+        stub = s.stub()
+        streams = [_idle_stream(stub, hold) for _ in range(3)]
+        wait_until(lambda: s.running.service.active == 3)
+        assert code_and_details(lambda: stub.Translate(request("Jesus wept."), timeout=10)) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "3 calls are in progress; the limit is 3 (--max-concurrent-rpcs): try again later")
+        health = health_pb2_grpc.HealthStub(grpc.insecure_channel(s.address))
+        for _ in range(20):  # health has room of its own, however many calls are held open
+            assert health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == \
+                health_pb2.HealthCheckResponse.SERVING
+        hold.set()  # the clients close their side: the streams end normally
+        assert [list(x) for x in streams] == [[], [], []]
+        assert stub.Translate(request("Jesus wept."), timeout=30).translations
+    finally:
+        hold.set()
+        s.stop()
+
+
+def test_streams_beyond_the_cap_are_refused_and_idle_ones_closed(tiny_package):
+    s = ServerThread(tiny_package, max_streams=2, stream_idle_seconds=1.0)
+    hold = threading.Event()
+    try:
+        stub = s.stub()
+        streams = [_idle_stream(stub, hold) for _ in range(2)]
+        wait_until(lambda: s.running.service.streams == 2)
+        third = _idle_stream(stub, hold)
+        assert code_and_details(lambda: list(third)) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "2 streams are open; the limit is 2 (--max-streams): try again later or send Translate calls")
+        for x in streams:  # nothing in flight and nothing sent for 1 s: closed by the server
+            assert code_and_details(lambda x=x: list(x)) == (
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "the stream was idle for 1 s: no request and none in flight (--stream-idle-seconds); "
+                "open a new stream to go on")
+        wait_until(lambda: s.running.service.streams == 0)
+        assert stub.Translate(request("Jesus wept."), timeout=30).translations
+    finally:
+        hold.set()
+        s.stop()
+
+
+def test_idle_tcp_connections_are_capped_and_closed(tiny_package):
+    s = ServerThread(tiny_package, max_connections=4, handshake_seconds=1.0)
+    idle = []
+    try:
+        for _ in range(12):
+            with contextlib.suppress(OSError):  # refused: as good as closed
+                idle.append(socket.create_connection(("127.0.0.1", s.port), timeout=10))
+        started = time.monotonic()
+        for sock in idle:  # each sent nothing: closed after the handshake time, or at once beyond the cap
+            with contextlib.suppress(ConnectionResetError):
+                while sock.recv(4096):  # the server's HTTP/2 settings (and goaway), then the end
+                    pass
+        assert time.monotonic() - started < 10
+        assert s.stub().Translate(request("Jesus wept."), timeout=30, wait_for_ready=True).translations
+    finally:
+        for sock in idle:
+            sock.close()
         s.stop()
