@@ -5,10 +5,12 @@
 
 ``model.json`` is self-describing: format version, dimensions, vocabulary size, special
 ids, language tags and pairs, length limits, the graphs' input/output names, the sha256
-of every file and where the model came from. ``Manifest`` is its one typed form: the
-exporter builds one and ``write_manifest`` writes it (``Manifest.to_json`` + the files'
-sha256); ``ModelPackage.load`` checks the JSON (``validate_manifest``), reads it back with
-``Manifest.from_json`` and reports every problem at once.
+of every file, where the model came from, and a checksum of model.json's own content. ``Manifest``
+is its one typed form: the exporter builds one and ``write_manifest`` writes it
+(``Manifest.to_json`` + the files' sha256 + the checksum); ``ModelPackage.load`` checks the
+JSON (``validate_manifest``), the checksum, the files and the tokenizer against what the JSON
+says (``tokenizer_problems``: a hand-edited language tag would serve French for German),
+reads it back with ``Manifest.from_json`` and reports every problem at once.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import sentencepiece as spm
 
 from engine import contract
 
@@ -29,6 +33,14 @@ class PackageError(ValueError):
                  ) -> None:
         self.problems = problems
         super().__init__(f"model package {path} is not valid: " + "; ".join(problems) + (f" ({hint})" if hint else ""))
+
+
+def manifest_checksum(content: dict[str, Any]) -> str:
+    """The sha256 of model.json's content without its ``checksum`` key, in a canonical form
+    (sorted keys, no spaces): any edit of a value changes it, re-indenting does not."""
+    body = {k: v for k, v in content.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+                          ).hexdigest()
 
 
 def sha256(path: Path) -> str:
@@ -140,6 +152,9 @@ class ModelPackage(Manifest):
         problems = validate_manifest(m)
         if problems:
             raise PackageError(path, problems)
+        if m["checksum"] != manifest_checksum(m):
+            problems.append(f"{contract.MANIFEST} was changed after it was written (its checksum does not match its "
+                            f"content): restore it, or write it with engine.package.write_manifest")
         files: dict[str, str] = m["files"]
         for name, digest in sorted(files.items()):
             f = path / name
@@ -154,8 +169,36 @@ class ModelPackage(Manifest):
             problems.append(f"{contract.TOKENIZER} is not listed in files")
         if problems:
             raise PackageError(path, problems)
-        return cls(**_manifest_values(Manifest.from_json(m)), path=path, variants=variants,
+        manifest = Manifest.from_json(m)
+        problems = tokenizer_problems(manifest, path / contract.TOKENIZER)
+        if problems:
+            raise PackageError(path, problems)
+        return cls(**_manifest_values(manifest), path=path, variants=variants,
                    resident_variants=_variants(files, contract.RESIDENT_GRAPHS))
+
+
+def tokenizer_problems(manifest: Manifest, tokenizer: Path) -> list[str]:
+    """Where model.json and the tokenizer disagree: the vocabulary's size, the special ids, and
+    each language tag, which must be the piece <2xx> of its language."""
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
+    except (OSError, RuntimeError) as e:
+        return [f"{contract.TOKENIZER} does not load: {str(e).strip().splitlines()[0][:200]}"]
+    size = sp.get_piece_size()
+    if size != manifest.dims.vocab_size:
+        return [f"{contract.TOKENIZER} has {size} pieces, model.json says {manifest.dims.vocab_size}"]
+    problems = []
+    ids = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}
+    for name, given in manifest.special_ids.items():
+        if given != ids[name]:
+            problems.append(f"special_ids.{name} is {given}, but the tokenizer's {name} is {ids[name]}")
+    for language, given in manifest.language_tags.items():
+        piece = sp.id_to_piece(given)
+        if piece != f"<2{language}>":
+            problems.append(f"language_tags.{language} is {given}, the piece {piece!r}, not <2{language}>"
+                            + (f" (id {sp.piece_to_id(f'<2{language}>')})"
+                               if sp.piece_to_id(f"<2{language}>") != sp.unk_id() else ""))
+    return problems
 
 
 def _manifest_values(manifest: Manifest) -> dict[str, Any]:
@@ -178,7 +221,7 @@ def _not_a_package(path: Path) -> str:
 
 
 _REQUIRED = ("format", "format_version", "model", "special_ids", "language_tags", "pairs", "max_source_tokens",
-             "max_target_tokens", "graphs", "files")
+             "max_target_tokens", "graphs", "files", "checksum")
 _OPTIONAL = ("provenance",)
 _GRAPHS = (*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS)  # every graph a package may hold, in order
 
@@ -224,10 +267,14 @@ def validate_manifest(m: Any) -> list[str]:
                     problems.append(f"{kind}.{key} is {value!r}, not an id of the {vocab}-piece vocabulary")
     elif isinstance(dims, dict) and "vocab_size" in dims:
         problems.append(f"model.vocab_size is {vocab!r}, not a positive integer")
+    positions = dims.get("max_positions") if isinstance(dims, dict) else None
     for key in ("max_source_tokens", "max_target_tokens"):
         value = m[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 2:
             problems.append(f"{key} is {value!r}, not an integer of at least 2")
+        elif isinstance(positions, int) and value > positions:
+            # Longer inputs would pass the server's checks and then fail inside the graphs (INTERNAL).
+            problems.append(f"{key} is {value}, more than the model's {positions} positions")
     for pair in m["pairs"]:
         tgt = str(pair).partition("-")[2]
         if tgt not in m["language_tags"]:
@@ -265,6 +312,7 @@ def write_manifest(path: Path, manifest: Manifest) -> None:
     PackageError (nothing written) when the result would not load."""
     files = sorted(p.name for p in path.iterdir() if p.is_file() and p.name != contract.MANIFEST)
     content = {**manifest.to_json(), "files": {name: sha256(path / name) for name in files}}
+    content["checksum"] = manifest_checksum(content)
     problems = validate_manifest(content)
     if problems:
         raise PackageError(path, problems)

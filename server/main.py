@@ -27,7 +27,8 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from cli import EXIT_FAILED, EXIT_USAGE
-from engine.decoding import DecodeOptions, Job, decode_all
+from engine.decoding import DecodeOptions, Job, StopReason, decode_all
+from engine.defaults import default_max_len
 from engine.package import ModelPackage, PackageError
 from engine.runtime import DeviceError, Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
@@ -40,6 +41,7 @@ from server.service import LoadedModel, TranslatorService, tolerant
 log = logging.getLogger("nmt.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Translator"].full_name  # "nmt.v1.Translator"
 OPEN_METHODS = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # reachable without the bearer token
+WARM_UP_TEXT = "Thank you."  # what warm-up translates in every pair
 HEALTH_CALLS = 64  # calls grpc admits beyond --max-concurrent-rpcs: room kept for health and reflection
 
 
@@ -82,9 +84,6 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
             raise StartupError(f"model {name} ({package.path}) does not load: {e}") from None
         except Exception as e:  # a graph or tokenizer that does not load, whatever the library raises
             raise StartupError(f"model {name} ({package.path}) does not load: {first_line(e)}") from None
-        if tokenizer.get_piece_size() != package.dims.vocab_size:
-            raise PackageError(package.path, [f"tokenizer has {tokenizer.get_piece_size()} pieces, model.json says "
-                                              f"{package.dims.vocab_size}"])
         limits = SchedulerLimits(cfg.max_batch_rows, cfg.max_tokens_in_flight, cfg.max_queue)
         scheduler = Scheduler(runtime, limits, metrics, name)
         models[name] = LoadedModel(name, package, tokenizer, scheduler)
@@ -105,21 +104,30 @@ class StartupError(Exception):
 def warm_up(model: LoadedModel) -> None:
     """A real decode through both graphs, greedy and beam, for every pair, before the server
     reports SERVING: a package whose graphs do not match its model.json fails here, with
-    one clear line, rather than on every request of one pair later."""
-    special = model.package.special_ids
-    for pair in model.package.pairs:
-        tag = model.package.language_tags[pair.split("-")[1]]
-        src = [tag, *model.tokenizer.encode("warm up"), special["eos"]]
-        for beam in (1, 2):
+    one clear line, rather than on every request of one pair later. Then a greedy translation
+    per pair with the usual length bound: when none of them ends (eos), the model never stops
+    on its own (an eos id it was not trained with), and every answer would run to the limit."""
+    package, special = model.package, model.package.special_ids
+    ended = []
+    for pair in package.pairs:
+        tag = package.language_tags[pair.split("-")[1]]
+        src = [tag, *model.tokenizer.encode(WARM_UP_TEXT), special["eos"]]
+        ids = {"bos": special["bos"], "eos": special["eos"], "pad": special["pad"]}
+        for beam, max_len in ((1, 4), (2, 4), (1, default_max_len(len(src), package.max_target_tokens))):
             try:
-                [hyps] = decode_all(model.scheduler.rt, [Job(src, DecodeOptions(beam_size=beam), max_len=4,
-                                                             bos=special["bos"], eos=special["eos"],
-                                                             pad=special["pad"])])
+                [hyps] = decode_all(model.scheduler.rt, [Job(src, DecodeOptions(beam_size=beam), max_len=max_len,
+                                                             **ids)])
             except Exception as e:
-                raise StartupError(f"model {model.name} ({model.package.path}) fails a {pair} decode with beam "
+                raise StartupError(f"model {model.name} ({package.path}) fails a {pair} decode with beam "
                                    f"{beam}: {first_line(e)}") from None
             if not hyps:
                 raise StartupError(f"model {model.name}: the {pair} warm-up decode gave no hypothesis")
+        if hyps[0].stop_reason == StopReason.END_OF_SENTENCE:
+            ended.append(pair)
+    if not ended:
+        raise StartupError(f"model {model.name} ({package.path}): no warm-up translation ended: each ran to its "
+                           f"length limit, so the model never emits special_ids.eos ({special['eos']}); check "
+                           f"model.json against the checkpoint, or export it again")
 
 
 # What start-up raises for what it was given: one "cannot start" line and exit 2.

@@ -189,8 +189,10 @@ def test_one_typed_manifest_is_what_the_exporter_writes_and_the_loader_reads(tin
     assert isinstance(package, Manifest) and package.graphs == ("encoder", "decoder", "step", "rows")
     assert Manifest.from_json(on_disk) == package.manifest
     content = package.manifest.to_json()
-    assert content == {k: v for k, v in on_disk.items() if k != "files"}
-    assert list(content) == [k for k in on_disk if k != "files"]  # the same layout, key for key
+    written = ("files", "checksum")  # what write_manifest adds to the manifest's content
+    assert content == {k: v for k, v in on_disk.items() if k not in written}
+    assert list(content) == [k for k in on_disk if k not in written]  # the same layout, key for key
+    assert list(on_disk)[-2:] == list(written)
     again = tmp_path / "again"
     shutil.copytree(tiny_package, again)
     write_manifest(again, package.manifest)
@@ -217,6 +219,41 @@ def test_a_package_without_the_optional_graphs_loads_and_one_that_hides_them_doe
     assert package.variants == ("fp32", "int8", "fp16")
 
 
+def test_model_json_is_checksummed_and_checked_against_the_tokenizer(tiny_package, tmp_path):
+    """A hand edit of model.json is caught by its checksum; a deliberate one (written again with
+    write_manifest) must still agree with the tokenizer and the model's positions."""
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_package, bad)
+    m = json.loads((bad / contract.MANIFEST).read_text())
+    tags = dict(m["language_tags"])
+    m["language_tags"]["de"] = tags["en"]  # would serve English for German
+    (bad / contract.MANIFEST).write_text(json.dumps(m, indent=1))
+    with pytest.raises(PackageError) as err:
+        ModelPackage.load(bad)
+    assert err.value.problems == ["model.json was changed after it was written (its checksum does not match its "
+                                  "content): restore it, or write it with engine.package.write_manifest"]
+    write_manifest(bad, Manifest.from_json(m))
+    with pytest.raises(PackageError) as err:
+        ModelPackage.load(bad)
+    assert err.value.problems == [f"language_tags.de is {tags['en']}, the piece '<2en>', not <2de> (id {tags['de']})"]
+    m["language_tags"], m["special_ids"] = tags, {**m["special_ids"], "eos": 2, "bos": 3}
+    write_manifest(bad, Manifest.from_json(m))
+    with pytest.raises(PackageError) as err:
+        ModelPackage.load(bad)
+    assert err.value.problems == ["special_ids.bos is 3, but the tokenizer's bos is 2",
+                                  "special_ids.eos is 2, but the tokenizer's eos is 3"]
+    m["special_ids"] = {**m["special_ids"], "eos": 3, "bos": 2}
+    m["max_source_tokens"] = m["model"]["max_positions"] + 1
+    with pytest.raises(PackageError) as err:
+        write_manifest(bad, Manifest.from_json(m))
+    assert err.value.problems == [f"max_source_tokens is {m['max_source_tokens']}, more than the model's "
+                                  f"{m['model']['max_positions']} positions"]
+    # Re-indenting is not a change: the checksum is over the content.
+    ok = json.loads((tiny_package / contract.MANIFEST).read_text())
+    (bad / contract.MANIFEST).write_text(json.dumps(ok, indent=4, sort_keys=True))
+    assert ModelPackage.load(bad).language_tags == tags
+
+
 def test_unknown_manifest_keys_fail_loudly(tiny_package, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(tiny_package, bad)
@@ -227,8 +264,9 @@ def test_unknown_manifest_keys_fail_loudly(tiny_package, tmp_path):
     with pytest.raises(PackageError) as err:
         ModelPackage.load(bad)
     assert err.value.problems == [
-        "model.json has unknown keys 'max_source_token', 'notes'; it may hold only files, format, format_version, "
-        "graphs, language_tags, max_source_tokens, max_target_tokens, model, pairs, provenance, special_ids"]
+        "model.json has unknown keys 'max_source_token', 'notes'; it may hold only checksum, files, format, "
+        "format_version, graphs, language_tags, max_source_tokens, max_target_tokens, model, pairs, provenance, "
+        "special_ids"]
     del manifest["max_source_token"], manifest["notes"]
     manifest["graphs"]["beam"] = manifest["graphs"]["step"]
     (bad / contract.MANIFEST).write_text(json.dumps(manifest))

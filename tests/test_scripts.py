@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.package import Manifest, write_manifest
 from tests.server_harness import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,7 @@ def test_a_package_is_current_only_if_exported_from_this_checkpoint(tiny_package
     shutil.copytree(tiny_package, old)
     manifest = json.loads((old / "model.json").read_text())
     del manifest["provenance"]["checkpoint_sha256"]
-    (old / "model.json").write_text(json.dumps(manifest))
+    write_manifest(old, Manifest.from_json(manifest))
     r = checks("package-current", str(old), str(tiny_checkpoint))
     assert (r.returncode, r.stderr) == (1, f"run.sh: exporting {old}: its model.json does not record the "
                                            "checkpoint's sha256 (an older export)\n")

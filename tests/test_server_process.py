@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import datetime
 import os
 import shutil
@@ -20,10 +21,16 @@ from pathlib import Path
 import grpc
 import onnxruntime as ort
 import pytest
+import sentencepiece as spm
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from engine.package import ModelPackage
+from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server.main import StartupError, warm_up
+from server.scheduler import Scheduler, SchedulerLimits
+from server.service import LoadedModel
 from tests.server_harness import ServerThread, code_and_details, request, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -345,6 +352,10 @@ def test_the_token_is_checked_before_the_body_is_parsed(tiny_package, tmp_path):
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         token = (("authorization", "Bearer s3cret"),)  # the file's token, without its newline
         assert s.stub().Translate(request("Jesus wept."), metadata=token).translations
+        for scheme in ("bearer", "BEARER"):  # the scheme is case-insensitive (RFC 9110)
+            assert s.stub().Translate(request("Jesus wept."), metadata=(("authorization", f"{scheme} s3cret"),))
+        assert code_and_details(lambda: s.stub().Translate(request("Jesus wept."), metadata=(
+            ("authorization", "Basic s3cret"),)))[0] == grpc.StatusCode.UNAUTHENTICATED
     finally:
         s.stop()
 
@@ -505,3 +516,23 @@ def test_idle_tcp_connections_are_capped_and_closed(tiny_package):
         for sock in idle:
             sock.close()
         s.stop()
+
+
+def test_warm_up_refuses_a_model_that_never_ends(tiny_package):
+    """An eos id the model was not trained with (the tokenizer cannot tell: here the package's
+    eos is changed in memory, past the load checks) makes every answer run to its limit:
+    warm-up sees that no translation ends and refuses to serve."""
+    good = ModelPackage.load(tiny_package)
+    tokenizer = spm.SentencePieceProcessor(model_file=str(good.tokenizer_path))
+    runtime = Runtime(good, RuntimeOptions(device="cpu", threads=1))
+
+    def model(package: ModelPackage) -> LoadedModel:
+        return LoadedModel("tiny", package, tokenizer, Scheduler(runtime, SchedulerLimits()))
+
+    warm_up(model(good))  # the real package: its translations end
+    never = dataclasses.replace(good, special_ids={**good.special_ids, "eos": tokenizer.unk_id()})
+    with pytest.raises(StartupError) as err:
+        warm_up(model(never))
+    assert str(err.value) == (f"model tiny ({tiny_package}): no warm-up translation ended: each ran to its length "
+                              f"limit, so the model never emits special_ids.eos ({tokenizer.unk_id()}); check "
+                              f"model.json against the checkpoint, or export it again")
