@@ -3,10 +3,10 @@
     nmt-bench --checkpoint runs/small-ende --package packages/small-ende --sentences 128 --threads 1
 
 Sentences: the first ``--sentences`` of the checkpoint's test split (split evenly over its
-directions; the bundled Bible by default), or ``--file`` (one source a line, or
-``source<TAB>reference``, in the direction ``--pair``). Each direction's sentences are
+directions; the bundled Bible by default), or ``--input`` (one source a line, or
+``source<TAB>reference``, in the one direction ``--directions`` names). Each direction's sentences are
 sorted by length and cut into batches; every engine decodes exactly those batches, greedy
-and beam (``--beam-size``, GNMT length penalty alpha 0.6; CTranslate2's length penalty
+and beam (``--beam``, GNMT length penalty alpha 0.6; CTranslate2's length penalty
 is length ** alpha, so its beam outputs may differ slightly).
 
 Engines (``--engines``, CPU): pytorch (training/decode.py without the KV cache),

@@ -39,6 +39,9 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+# How long a command waits for a server it has not reached yet (a wrong port, a host that does not
+# resolve): long enough for a server that is starting, short of the minutes a restart is ridden out.
+FIRST_CONTACT_SECONDS = 5.0
 
 
 class StopReason(enum.Enum):
@@ -167,6 +170,21 @@ class _Attempts:
         if self.on_retry:
             self.on_retry(TranslationError.from_rpc(error, self.count), delay)
         return delay
+
+
+def served_model(models: Sequence[pb.ModelInfo], source: str, target: str, model: str = "") -> pb.ModelInfo:
+    """The model of ``models`` (ListModels) that translates source -> target: ``model`` by name,
+    else the server's first (its default). ValueError naming what is served when there is none."""
+    if not models:
+        raise ValueError("the server has no model loaded")
+    chosen = next((m for m in models if m.name == model), None) if model else models[0]
+    if chosen is None:
+        raise ValueError(f"model {model!r} is not served; served: {', '.join(m.name for m in models)}")
+    pair = f"{source}-{target}"
+    if pair not in chosen.pairs:
+        raise ValueError(f"language pair {pair} is not served by model {chosen.name!r}; it serves: "
+                         f"{', '.join(chosen.pairs)}")
+    return chosen
 
 
 def decoding_options(beam_size: int = 1, num_hypotheses: int = 1, length_penalty: float = 0.0,

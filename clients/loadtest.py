@@ -42,7 +42,14 @@ from cli import (
     fail,
     language,
 )
-from clients.client import NO_RETRY, AsyncTranslatorClient, Connection, TranslationError
+from clients.client import (
+    FIRST_CONTACT_SECONDS,
+    NO_RETRY,
+    AsyncTranslatorClient,
+    Connection,
+    TranslationError,
+    served_model,
+)
 from clients.credentials import add_connection_arguments, connection, explain
 from corpus.bible import bible_pairs
 
@@ -223,7 +230,11 @@ async def run(args: argparse.Namespace, sentences: list[str], conn: Connection) 
     results: list[LevelResult] = []
     deadline = time.monotonic() + args.max_total
     async with AsyncTranslatorClient(connection=conn, retry=NO_RETRY, timeout=args.timeout) as client:
-        await client.list_models(timeout=10.0)  # TranslationError: the server does not answer
+        models = await client.list_models(timeout=FIRST_CONTACT_SECONDS)  # TranslationError: it does not answer
+        try:  # a pair the server lacks would only send invalid requests: say so first
+            served_model(models, args.source, args.target, args.model)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         tester = LoadTester(client, sentences, args.source, args.target, model=args.model,
                             texts_per_request=args.texts_per_request, beam_size=args.beam, timeout=args.timeout)
         print(f"{len(levels)} level(s), {args.warmup:g}s warm-up + {args.duration:g}s each, "

@@ -14,7 +14,7 @@ ETA_FRACTION = 0.05
 
 
 class Progress:
-    def __init__(self, total: int, unit: str = "lines", rate_unit: str = "sent/s", stream: TextIO | None = None,
+    def __init__(self, total: int, unit: str = "lines", rate_unit: str = "lines/s", stream: TextIO | None = None,
                  every: float = 5.0, enabled: bool = True) -> None:
         self.total = total
         self.unit = unit

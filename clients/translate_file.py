@@ -51,12 +51,14 @@ from cli import (
     language,
 )
 from clients.client import (
+    FIRST_CONTACT_SECONDS,
     AsyncTranslatorClient,
     Connection,
     OnRetry,
     Translation,
     TranslationError,
     TranslatorClient,
+    served_model,
 )
 from clients.credentials import add_connection_arguments, connection, explain
 from clients.progress import Progress
@@ -340,18 +342,16 @@ def _error_row(x: Failure) -> str:
 
 
 # ---------------------------------------------------------------- commands
-def _model_limits(client: TranslatorClient, job: Job) -> tuple[int, int]:
-    """Check the pair against what the server serves; return (max chars, max texts per request)."""
-    models = client.list_models(timeout=job.timeout)
-    if not models:
-        raise UsageError("the server has no model loaded")
-    chosen = next((m for m in models if m.name == job.model), None) if job.model else models[0]
-    if chosen is None:
-        raise UsageError(f"model {job.model!r} is not served; served: {', '.join(m.name for m in models)}")
-    pair = f"{job.source}-{job.target}"
-    if pair not in chosen.pairs:
-        raise UsageError(f"language pair {pair} is not served by model {chosen.name!r}; "
-                         f"it serves: {', '.join(chosen.pairs)}")
+def _model_limits(conn: Connection, job: Job) -> tuple[int, int]:
+    """Reach the server (within FIRST_CONTACT_SECONDS: a wrong address fails in seconds, not
+    after --timeout of retries) and check the pair against what it serves; return (max chars,
+    max texts per request)."""
+    with TranslatorClient(connection=conn, timeout=job.timeout) as probe:
+        models = probe.list_models(timeout=min(job.timeout, FIRST_CONTACT_SECONDS))
+    try:
+        chosen = served_model(models, job.source, job.target, job.model)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     return chosen.max_chars_per_text, chosen.max_texts_per_request
 
 
@@ -363,9 +363,8 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
         lines = split_lines(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise UsageError(f"{args.input or 'stdin'} is not UTF-8 text: {e}") from None
+    max_chars, max_texts = _model_limits(conn, job)
     notice = _retry_notice(job.timeout)
-    with TranslatorClient(connection=conn, timeout=job.timeout, on_retry=notice) as probe:
-        max_chars, max_texts = _model_limits(probe, job)
     meta = {"input_sha256": hashlib.sha256(raw).hexdigest(), "lines": len(lines), "source": job.source,
             "target": job.target, "model": job.model, "beam_size": job.beam_size, "nbest": job.nbest,
             "max_output_tokens": job.max_output_tokens, "split": job.split}
@@ -456,6 +455,7 @@ def translate_texts(args: argparse.Namespace, conn: Connection, job: Job) -> int
     attention = bool(args.attention_png)
     if attention and len(args.texts) != 1:
         raise UsageError("--attention-png draws one sentence: give exactly one text")
+    _model_limits(conn, job)
     with TranslatorClient(connection=conn, timeout=job.timeout, on_retry=_retry_notice(job.timeout)) as client:
         result = client.translate(args.texts, job.source, job.target, model=job.model, timeout=job.timeout,
                                   return_attention=attention, **job.options)

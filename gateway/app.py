@@ -431,8 +431,8 @@ class Gateway:
             raise bad_request(f"Invalid request: alternatives parameter must be <= {model.max_beam_size - 1}")
 
         def beam(hypotheses: int) -> int:
-            """--beam-size, or more for more hypotheses; at most the server's largest (when known)."""
-            wanted = max(self.cfg.beam_size, hypotheses)
+            """--beam, or more for more hypotheses; at most the server's largest (when known)."""
+            wanted = max(self.cfg.beam, hypotheses)
             return min(wanted, model.max_beam_size) if model is not None else wanted
 
         request = pb.TranslateRequest(source_lang=source, target_lang=target, model=model.name if model else "")
@@ -543,13 +543,16 @@ def _language(value: Any, name: str) -> str:
 
 
 def _alternatives(value: Any) -> int:
-    """LibreTranslate's alternatives: a whole number (as a number or a string); below 0 is 0."""
+    """LibreTranslate's alternatives: a whole number of 0 or more (as a number or a string)."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise bad_request("Invalid request: alternatives parameter is not a number")
     try:
-        return max(0, int(value))
+        n = int(value)
     except ValueError:
         raise bad_request("Invalid request: alternatives parameter is not a number") from None
+    if n < 0:
+        raise bad_request(f"Invalid request: alternatives parameter must be 0 or more, not {n}")
+    return n
 
 
 def _best(t: pb.Translation) -> str:

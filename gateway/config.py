@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, exit_status_help
+from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, deprecated_alias, exit_status_help
 from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
@@ -41,7 +41,7 @@ class GatewayConfig(Settings):
                                    "X-Timeout-Seconds header may lower it")
     max_body_bytes: int = setting(1024 * 1024, "the largest request body in bytes; a larger one is answered "
                                                "413")
-    beam_size: int = setting(4, "beam size of /translate (LibreTranslate's API, which has no such option), "
+    beam: int = setting(4, "beam size of /translate (LibreTranslate's API, which has no such option), "
                                 "raised to alternatives + 1 when more alternatives are asked for, at most the "
                                 "server's largest beam; /v1/translate takes beam_size per request")
     cors_origins: str = setting("*", "origins whose web pages may call the API from a browser (CORS), separated "
@@ -77,8 +77,8 @@ class GatewayConfig(Settings):
             out.append(f"{flag('timeout')} is {self.timeout}; it must be a number of seconds above 0")
         if self.max_body_bytes < 1024:
             out.append(f"{flag('max_body_bytes')} is {self.max_body_bytes}; it must be at least 1024")
-        if self.beam_size < 1:
-            out.append(f"{flag('beam_size')} is {self.beam_size}; it must be at least 1")
+        if self.beam < 1:
+            out.append(f"{flag('beam')} is {self.beam}; it must be at least 1")
         out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)
         return out
 
@@ -150,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "NMT_HTTP_API_KEYS_FILE; flags win. "
                               + exit_status_help(EXIT_FAILED, EXIT_USAGE, done="stopped by SIGTERM or Ctrl-C") + ".")
     _add_flags(p, GatewayConfig, env_name)
+    deprecated_alias(p, "--beam-size", "--beam")  # --beam in every command
     return p
 
 

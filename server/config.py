@@ -94,6 +94,13 @@ class ServerConfig(Settings):
         for name in ("stream_idle_seconds", "handshake_seconds"):
             if not 0 < getattr(self, name) < float("inf"):
                 out.append(f"{flag(name)} is {getattr(self, name)}; it must be a number of seconds above 0")
+        for spec in self.model:
+            name, sep, directory = spec.partition("=")
+            if sep and not name.strip():
+                out.append(f"{flag('model')} {spec!r}: the name before '=' is empty; give NAME=DIR, or DIR alone "
+                           f"(named after the directory)")
+            elif not (directory if sep else spec).strip():
+                out.append(f"{flag('model')} {spec!r}: no directory; give NAME=DIR or DIR")
         out += one_of("device", self.device, DEVICES)
         out += one_of("device_resident", self.device_resident, RESIDENT_MODES)
         out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)

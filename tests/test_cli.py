@@ -100,3 +100,23 @@ def test_a_missing_input_file_is_the_same_mistake_in_every_command(tmp_path):
                            env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
         assert (r.returncode, r.stderr) == (EXIT_USAGE, message + "\n"), args
     assert not (tmp_path / "run").exists() and not (tmp_path / "package").exists()  # refused before any work
+
+
+def test_what_a_command_cannot_do_is_refused_before_any_work(tmp_path, tiny_checkpoint):
+    """A direction the corpus lacks, a negative step count, a direction the checkpoint was not
+    trained for: one line, exit 2, no run directory left behind."""
+    run = tmp_path / "run"
+    cases = [
+        (["training.train", "--out", str(run), "--directions", "en-xx"],
+         "nmt-train: error: direction en-xx: the Bible corpus has no language 'xx'; it has de, en, es, fr (for "
+         "others, give --train-files)"),
+        (["training.train", "--out", str(run), "--max-steps", "-1"],
+         "nmt-train: error: train.max_steps is -1; it must be at least 1"),
+        (["training.evaluate", str(tiny_checkpoint), "--directions", "de-fr"],
+         f"nmt-evaluate: error: {tiny_checkpoint} was not trained for de-fr; it translates en-de, de-en"),
+    ]
+    for args, message in cases:
+        r = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+        assert (r.returncode, r.stderr) == (EXIT_USAGE, message + "\n"), args
+    assert not run.exists()

@@ -21,6 +21,7 @@ import pytest
 
 from clients.attention import attention_matrix, draw_attention
 from clients.client import (
+    FIRST_CONTACT_SECONDS,
     AsyncTranslatorClient,
     Hypothesis,
     RetryPolicy,
@@ -418,6 +419,23 @@ def test_an_unreachable_server_exits_1_in_every_mode(tmp_path):
     last = r.stderr.splitlines()[-1]
     assert r.returncode == 1 and last.startswith("nmt-loadtest: error: the server does not answer: UNAVAILABLE: ")
     assert last.endswith(hint)
+    # With the default --timeout (120 s of retries for a server that was reached and went away), a
+    # server never reached fails within FIRST_CONTACT_SECONDS, in one line; so does a bad host name.
+    for where in (address, "no-such-host.invalid:50051"):
+        started = time.monotonic()
+        r = _cli("clients.translate_file", "-s", "en", "-t", "de", "--address", where, "Jesus wept.")
+        assert r.returncode == 1 and time.monotonic() - started < FIRST_CONTACT_SECONDS + 10, r.stderr
+        [line] = r.stderr.splitlines()
+        assert line.startswith("nmt-translate: error: UNAVAILABLE: ") and where in line
+
+
+def test_loadtest_checks_the_pair_before_sending_anything(server, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("Jesus wept.\n")
+    r = _cli("clients.loadtest", "-s", "en", "-t", "fr", "--address", server.address, "--input", str(src),
+             "--duration", "1", "--warmup", "0")
+    assert (r.returncode, r.stderr.splitlines()[-1]) == (
+        2, "nmt-loadtest: error: language pair en-fr is not served by model 'tiny'; it serves: en-de, de-en")
 
 
 def test_language_codes_are_case_insensitive_and_a_bad_pair_is_2_in_both_modes(server, tmp_path, capsys):
@@ -426,8 +444,8 @@ def test_language_codes_are_case_insensitive_and_a_bad_pair_is_2_in_both_modes(s
     assert translate_main(["-s", "EN", "-t", "De", "--address", server.address, "Jesus wept."]) == 0
     assert capsys.readouterr().out == lower
     assert translate_main(["-s", "en", "-t", "fr", "--address", server.address, "Jesus wept."]) == 2
-    assert capsys.readouterr().err == ("nmt-translate: error: INVALID_ARGUMENT: language pair 'en-fr' is not "
-                                       "supported by model 'tiny'; supported: en-de, de-en\n")
+    assert capsys.readouterr().err == ("nmt-translate: error: language pair en-fr is not served by model 'tiny'; "
+                                       "it serves: en-de, de-en\n")
     src = tmp_path / "in.txt"
     src.write_text("Jesus wept.\n")
     assert translate_main(["-s", "EN", "-t", "FR", "-i", str(src), "--address", server.address, "-q"]) == 2
@@ -440,17 +458,17 @@ def test_progress_shows_no_rate_or_eta_before_it_means_something():
 
     p = Progress(3000, stream=io.StringIO())
     t0 = p.start
-    assert p.line(t0 + 0.1) == "0/3000 lines (0%), 0s"  # was: "0.0 sent/s" at 0 lines
+    assert p.line(t0 + 0.1) == "0/3000 lines (0%), 0s"  # was: "0.0 lines/s" at 0 lines
     p.update(done=64, counted=128)
     assert p.line(t0 + 1.0) == "64/3000 lines (2%), 1s"  # was: an eta from one early batch
-    assert p.line(t0 + 4.0) == "64/3000 lines (2%), 32.0 sent/s, 4s"  # a rate, but 2% done is no basis for an eta
+    assert p.line(t0 + 4.0) == "64/3000 lines (2%), 32.0 lines/s, 4s"  # a rate, but 2% done is no basis for an eta
     p.update(done=236, counted=200)
-    assert p.line(t0 + 5.0) == "300/3000 lines (10%), 65.6 sent/s, 5s, eta 45s"
+    assert p.line(t0 + 5.0) == "300/3000 lines (10%), 65.6 lines/s, 5s, eta 45s"
     p.update(done=2700, counted=2672)
-    assert p.line(t0 + 9.0, final=True) == "3000/3000 lines (100%), 333.3 sent/s, 9s"
+    assert p.line(t0 + 9.0, final=True) == "3000/3000 lines (100%), 333.3 lines/s, 9s"
     short = Progress(3, stream=io.StringIO())  # a job done in one go still reports its rate at the end
     short.update(done=3, counted=3)
-    assert short.line(short.start + 0.05, final=True) == "3/3 lines (100%), 60.0 sent/s, 0s"
+    assert short.line(short.start + 0.05, final=True) == "3/3 lines (100%), 60.0 lines/s, 0s"
 
 
 def _as_left_by_a_kill(d: Path, lines: list[str], partial: str, errors: str) -> Path:

@@ -96,3 +96,10 @@ def test_the_sentence_limit_is_automatic_or_within_texts_and_queue(capsys):
         parse_args(["--model", "x", "--max-sentences", "2000"], {})
     assert ("--max-sentences 2000 must be between --max-texts 64 and --max-queue 1024: each text is one "
             "sentence at least, and a request's sentences wait in the queue together") in capsys.readouterr().err
+
+
+def test_a_model_needs_a_name_and_a_directory():
+    with pytest.raises(ConfigError) as e:
+        ServerConfig(model=("=packages/default", "de=", "ok=packages/default"))
+    assert str(e.value) == ("--model '=packages/default': the name before '=' is empty; give NAME=DIR, or DIR alone "
+                            "(named after the directory); --model 'de=': no directory; give NAME=DIR or DIR")

@@ -194,6 +194,8 @@ def test_bad_requests_are_400_with_the_reason(server, http):
         ({**base, "target": ""}, "Invalid request: missing target parameter"),
         ({**base, "target": 7}, "Invalid request: target must be a language code such as en"),
         ({**base, "format": "xml"}, "Invalid request: 'xml' format is not supported; give text or html"),
+        ({**base, "alternatives": -1}, "Invalid request: alternatives parameter must be 0 or more, not -1"),
+        ({**base, "alternatives": "two"}, "Invalid request: alternatives parameter is not a number"),
     ]
     for body, message in cases:
         r = http.post("/translate", json=body)
@@ -577,7 +579,7 @@ def test_a_client_gone_while_sending_its_body_is_let_go(http, gw, caplog):
     (["--port", "70000"], {}, "--port is 70000; give a port from 1 to 65535, or 0 for a free one"),
     (["--timeout", "0"], {}, "--timeout is 0.0; it must be a number of seconds above 0"),
     (["--max-body-bytes", "10"], {}, "--max-body-bytes is 10; it must be at least 1024"),
-    (["--beam-size", "0"], {}, "--beam-size is 0; it must be at least 1"),
+    (["--beam", "0"], {}, "--beam is 0; it must be at least 1"),
     (["--log-level", "loud"], {}, "--log-level is 'loud'; it must be DEBUG, INFO, WARNING or ERROR"),
     (["--grpc-address", "localhost"], {}, "--grpc-address is 'localhost'; give HOST:PORT, such as 127.0.0.1:50051"),
     (["--host", " "], {}, "--host is empty; give an address such as 127.0.0.1"),

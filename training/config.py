@@ -115,6 +115,19 @@ class TrainConfig:
     # old pieces that spell them (training/warm_start.py). "" starts from random weights.
     init_from: str = ""
 
+    def __post_init__(self) -> None:
+        at_least = {"batch_tokens": 1, "max_steps": 1, "warmup_steps": 1, "log_every": 1, "save_every": 0,
+                    "keep_checkpoints": 1, "eval_every": 0, "eval_sentences": 0, "average_last": 0, "threads": 0}
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                raise ValueError(f"train.{name} is {getattr(self, name)}; it must be at least {low}")
+        if not self.max_minutes >= 0:
+            raise ValueError(f"train.max_minutes is {self.max_minutes}; it must be 0 (no bound) or more")
+        if not self.lr_scale > 0:
+            raise ValueError(f"train.lr_scale is {self.lr_scale}; it must be more than 0")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"train.label_smoothing is {self.label_smoothing}; it must be in [0, 1)")
+
 
 @dataclass(frozen=True)
 class RunConfig:

@@ -53,7 +53,16 @@ def corpus_files(spec: str) -> list[str]:
 
 
 def check_corpus(cfg: DataConfig) -> None:
-    """Every user corpus file is there to be read (UsageError naming the first that is not)."""
+    """Every direction is one the corpus has, and every user corpus file is there to be read
+    (UsageError naming the first problem), before a run directory is made."""
+    uses_bible = cfg.corpus == "bible" or (cfg.corpus == "mixed" and "bible" in cfg.sources)
+    for direction in cfg.directions:
+        for lang in parse_direction(direction):
+            if uses_bible and lang not in cfg.versions:
+                raise UsageError(f"direction {direction}: the Bible corpus has no language {lang!r}; it has "
+                                 f"{', '.join(sorted(cfg.versions))} (for others, give --train-files)")
+        if cfg.corpus == "files" and direction not in cfg.train_files:
+            raise UsageError(f"direction {direction} has no training file: give --train-files {direction}=SRC:TGT")
     for specs in (cfg.train_files, cfg.dev_files, cfg.test_files):
         for spec in specs.values():
             for path in corpus_files(spec):

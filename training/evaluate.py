@@ -61,6 +61,10 @@ def evaluate(checkpoint: str | Path, split: str = "test", beam_size: int = 4, di
     path = ckpt_io.resolve(checkpoint)
     model, cfg, ckpt = ckpt_io.load_model(path, device)
     tokenizer = ckpt_io.load_tokenizer(ckpt)
+    untrained = [d for d in directions or () if d not in cfg.data.directions]
+    if untrained:
+        raise ValueError(f"{path} was not trained for {', '.join(untrained)}; it translates "
+                         f"{', '.join(cfg.data.directions)}")
     data_cfg = cfg.data if not directions else replace(cfg.data, directions=tuple(directions))
     by_direction: dict[str, tuple[list[str], list[str]]] = {}
     for label, pairs in eval_sets(data_cfg, split).items():  # "en-de", or "en-de/libreoffice-help"
