@@ -51,6 +51,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cli import language
+from gateway.alignment import aligned_placement, translation_alignments
 from gateway.config import GatewayConfig
 from gateway.html_text import HtmlText
 from nmt.v1 import translator_pb2 as pb
@@ -63,7 +64,7 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 TIMEOUT_HEADER = "x-timeout-seconds"
 MODELS_TTL = 10.0  # seconds the model list (pairs, limits) is reused to route /translate
 MODELS_MISS_TTL = 1.0  # an unknown pair asks again once the list is this old (a model may have been added)
-HTML_TEXTS_PER_CALL = 64  # text runs of format=html per Translate call when the server's limit is unknown
+HTML_TEXTS_PER_CALL = 16  # units of format=html per Translate call, at most (each answer carries its attention)
 READY_TIMEOUT = 3.0  # seconds /readyz waits for the server's health check (a probe's own timeout is short)
 CLIENT_GONE = 499  # nginx's "client closed request": logged, never seen by the client
 # gRPC's reconnect backoff grows to 120 s by default, and a call on a channel waiting it out
@@ -437,17 +438,23 @@ class Gateway:
 
         request = pb.TranslateRequest(source_lang=source, target_lang=target, model=model.name if model else "")
         if fmt == "html":
+            # Each unit of running text is translated whole; its inline markup goes back where the
+            # attention says its words went (gateway/alignment.py).
             request.options.beam_size = beam(1)
+            request.options.return_attention = True
             documents = [HtmlText(t) for t in texts]
-            runs = [r for d in documents for r in d.texts]
-            per_call = max(1, model.max_texts_per_request) if model else HTML_TEXTS_PER_CALL
-            translated: list[str] = []
-            for i in range(0, len(runs), per_call):
-                request.texts[:] = runs[i:i + per_call]
+            units = [u for d in documents for u in d.texts]
+            per_call = min(max(1, model.max_texts_per_request) if model else HTML_TEXTS_PER_CALL, HTML_TEXTS_PER_CALL)
+            answers: list[pb.Translation] = []
+            for i in range(0, len(units), per_call):
+                request.texts[:] = units[i:i + per_call]
                 response = await self.up.translate(request, deadline)
-                translated += [_best(t) for t in response.translations]
-            it = iter(translated)
-            best = [d.render([next(it) for _ in d.texts]) for d in documents]
+                answers += list(response.translations)
+            it = iter(zip(units, answers))
+            best = []
+            for d in documents:
+                placed = [translation_alignments(unit, answer) for unit, answer in (next(it) for _ in d.texts)]
+                best.append(d.render([text for text, _ in placed], [aligned_placement(a) for _, a in placed]))
             others: list[list[str]] = [[] for _ in texts]  # LibreTranslate gives none for html either
         else:
             request.texts.extend(texts)
