@@ -46,12 +46,13 @@ class ServerProcess:
     """``with ServerProcess(package, threads=1) as srv:`` -> a SERVING server on ``srv.port``."""
 
     def __init__(self, package: str | Path, threads: int, max_batch_rows: int = 64, device: str = "cpu",
-                 extra: Sequence[str] = (), start_timeout: float = 120.0) -> None:
+                 extra: Sequence[str] = (), start_timeout: float = 120.0, log: Path | None = None) -> None:
         self.port = free_port()
         self.args = [sys.executable, "-m", "server.main", "--model", str(package), "--host", "127.0.0.1",
                      "--port", str(self.port), "--metrics-port", "-1", "--device", device, "--threads", str(threads),
                      "--max-batch-rows", str(max_batch_rows), "--log-level", "WARNING", *extra]
         self.start_timeout = start_timeout
+        self.log = log  # the server's stderr goes here (default: this process's)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -65,7 +66,10 @@ class ServerProcess:
 
     def __enter__(self) -> ServerProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(self.args, env=env, cwd=ROOT)
+        stderr = self.log.open("ab") if self.log else None
+        self.proc = subprocess.Popen(self.args, env=env, cwd=ROOT, stderr=stderr)
+        if stderr:
+            stderr.close()  # the child holds its own copy
         try:
             self._wait_serving()
         except BaseException:

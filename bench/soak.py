@@ -17,6 +17,14 @@ time (and a plot with ``--plot``), and then checks what must hold after any load
 call got exactly one answer (the server's count of answered calls per method equals the
 calls the clients made), every completed stream answered each of its requests once, no call
 got a code its kind cannot explain, and the in-flight and queue gauges returned to 0.
+
+``--hostile`` adds the HTTP gateway in front of the server and, beside the normal load, the
+slow and idle clients of bench/hostile.py: streams and TCP connections that send nothing,
+HTTP requests whose headers or body trickle in, and a few well-behaved HTTP clients. It then
+also checks that gRPC health and the gateway's /readyz answered every second, that the
+server's and the gateway's open files stayed within their connection caps, that their RSS
+at the end is within 1.5x of what it was after the first minute, and that their logs stayed
+short (the floods are rate-limited lines).
 Exit status 0 when all hold, 1 otherwise. ``--json`` keeps the figures.
 """
 
@@ -26,15 +34,20 @@ import argparse
 import asyncio
 import collections
 import json
+import os
 import random
+import resource
+import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 import grpc
 
-from bench.server_load import ServerProcess, free_port, process_rss_mib
+from bench import hostile
+from bench.server_load import ServerProcess, free_port, process_rss_mib, stop_process
 from clients.loadtest import percentile
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
@@ -138,25 +151,78 @@ def answered_calls(m: dict[str, float]) -> collections.Counter[str]:
     return answered
 
 
+HTTP_SEEN = {"200", "400", "429"}  # gateway answers that mean the server answered the call
+HOSTILE_LOG_LINES_PER_MINUTE = 30  # what the server's and the gateway's logs may grow by under the floods
+
+
+def start_gateway(grpc_address: str, port: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with log.open("ab") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "gateway.main", "--grpc-address", grpc_address, "--port",
+                                 str(port), "--log-level", "WARNING"], env=env, stderr=err)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"nmt-http exited with code {proc.returncode} before it answered") from None
+            time.sleep(0.2)
+    stop_process(proc)
+    raise TimeoutError("nmt-http did not answer /healthz within 60 s")
+
+
 async def soak(args: argparse.Namespace) -> dict:
     metrics_port = free_port()
     pool = sentences()
     tally = Tally()
     rss: list[tuple[float, float]] = []
+    logs = Path(tempfile.mkdtemp(prefix="soak-"))
+    server_log, gateway_log = logs / "server.log", logs / "gateway.log"
+    outcomes, health_failures, health_checks = hostile.Outcomes(), [], 0
+    resources: list[dict[str, float]] = []  # server and gateway RSS and open files over time
+    gateway = None
     with ServerProcess(args.package, args.threads, extra=["--metrics-port", str(metrics_port), "--metrics-host",
-                                                          "127.0.0.1", *(["--int8"] if args.int8 else [])]) as srv:
+                                                          "127.0.0.1", *(["--int8"] if args.int8 else [])],
+                       log=server_log) as srv:
+        if args.hostile:
+            http_port = free_port()
+            gateway = start_gateway(srv.address, http_port, gateway_log)
         start = time.monotonic()
         until = start + args.minutes * 60
         clients = [asyncio.create_task(client(srv.address, until, args.seed + i, pool, tally))
                    for i in range(args.clients)]
+        actors: list[asyncio.Task] = []
+        health_task = None
+        if args.hostile:
+            n = args.hostile_clients
+            actors = [asyncio.create_task(x) for x in (
+                hostile.idle_streams(srv.address, n, until, outcomes),
+                hostile.idle_tcp("127.0.0.1", srv.port, n, until, outcomes, "idle-tcp-grpc"),
+                hostile.idle_tcp("127.0.0.1", http_port, n, until, outcomes, "idle-tcp-http"),
+                hostile.slow_headers("127.0.0.1", http_port, n // 2, until, outcomes),
+                hostile.slow_bodies("127.0.0.1", http_port, n // 2, until, outcomes),
+                *(hostile.http_translate("127.0.0.1", http_port, until, outcomes, pool[i]) for i in range(4)))]
+            health_task = asyncio.create_task(hostile.watch_health(srv.address, "127.0.0.1", http_port, until,
+                                                                   health_failures))
         while not all(c.done() for c in clients):
-            rss.append((time.monotonic() - start, process_rss_mib(srv.pid, "VmRSS")))
+            t = time.monotonic() - start
+            rss.append((t, process_rss_mib(srv.pid, "VmRSS")))
+            sample = {"t": round(t, 1), "server_rss": rss[-1][1], "server_fds": hostile.open_fds(srv.pid)}
+            if gateway:
+                sample |= {"gateway_rss": process_rss_mib(gateway.pid, "VmRSS"),
+                           "gateway_fds": hostile.open_fds(gateway.pid)}
+            resources.append(sample)
             done = sum(tally.codes.values())
-            print(f"\r{rss[-1][0]:6.0f}s  {done:8,d} calls  RSS {rss[-1][1]:6.0f} MiB", end="", file=sys.stderr,
-                  flush=True)
+            print(f"\r{t:6.0f}s  {done:8,d} calls  RSS {rss[-1][1]:6.0f} MiB  fds {sample['server_fds']}", end="",
+                  file=sys.stderr, flush=True)
             await asyncio.wait(clients, timeout=args.sample_seconds)
         print(file=sys.stderr)
         await asyncio.gather(*clients)
+        if health_task:
+            health_checks = await health_task
+            await asyncio.gather(*actors, return_exceptions=True)
         seconds = time.monotonic() - start
         made = collections.Counter()
         for (kind, _), n in tally.codes.items():
@@ -164,28 +230,41 @@ async def soak(args: argparse.Namespace) -> dict:
         # A client stops waiting at its deadline or cancel; the server may finish its side of
         # that call a moment later: give it up to 15 s to settle, then read its view.
         settle_until = time.monotonic() + 15
+        # The idle streams and the gateway's calls are answered by the server too, and counted
+        # apart from the normal clients' (a 504 may or may not have reached it: allowed for below).
+        idle = sum(n for (kind, _), n in outcomes.items() if kind == "idle-stream")
+        via_http = sum(n for (kind, code), n in outcomes.items() if kind == "http-translate" and code in HTTP_SEEN)
+        http_maybe = outcomes["http-translate", "504"]
         while True:
             m = await asyncio.to_thread(scrape, metrics_port)
             answered = answered_calls(m)
+            answered["TranslateStream"] -= idle
+            answered["Translate"] -= via_http
             settled = all(v == 0 for k, v in m.items()
                           if k.startswith(("nmt_in_flight_sequences{", "nmt_queued_texts{")))
             if (settled and answered == made) or time.monotonic() > settle_until:
                 break
             await asyncio.sleep(0.2)
         rss.append((time.monotonic() - start, process_rss_mib(srv.pid, "VmRSS")))
+        if gateway:
+            stop_process(gateway)
     unexpected = {f"{k}:{c}": n for (k, c), n in tally.codes.items() if c not in EXPECTED[k]}
     # A call whose deadline passes before grpc hands it to the server is never seen there:
     # only short-deadline calls that expired may be missing from the server's count.
     unseen = sum(made.values()) - sum(answered.values())
     checks = {
         "no call answered twice (server count <= client count, per method)":
-            all(answered[method] <= made[method] for method in made),
+            all(answered[method] <= made[method] + (http_maybe if method == "Translate" else 0) for method in made),
         "every call the server saw was answered (only expired short-deadline calls unseen)":
-            0 <= unseen <= tally.codes["short-deadline", "DEADLINE_EXCEEDED"],
+            -http_maybe <= unseen <= tally.codes["short-deadline", "DEADLINE_EXCEEDED"],
         "every completed stream answered each request once": tally.stream_mismatches == 0,
         "no unexpected status codes": not unexpected,
         "in-flight and queue gauges back to 0": settled,
     }
+    log_lines = {name: len(path.read_text(errors="replace").splitlines()) if path.exists() else 0
+                 for name, path in (("server", server_log), ("gateway", gateway_log))}
+    if args.hostile:
+        checks |= hostile_checks(resources, health_failures, health_checks, log_lines, args.minutes)
     return {
         "clients": args.clients, "seconds": round(seconds, 1), "calls": sum(tally.codes.values()),
         "codes": {f"{k} {c}": n for (k, c), n in sorted(tally.codes.items())},
@@ -196,7 +275,27 @@ async def soak(args: argparse.Namespace) -> dict:
         "server_codes": {k[len("nmt_requests_total{"):-1]: int(v) for k, v in m.items()
                          if k.startswith("nmt_requests_total{")},
         "unexpected": unexpected, "rss_mib": [(round(t, 1), round(r, 1)) for t, r in rss],
+        "hostile": {f"{k} {c}": n for (k, c), n in sorted(outcomes.items())},
+        "health": {"checks": health_checks, "failures": health_failures},
+        "resources": resources, "log_lines": log_lines,
         "checks": checks,
+    }
+
+
+def hostile_checks(resources: list[dict[str, float]], failures: list[str], checks: int,
+                   log_lines: dict[str, int], minutes: float) -> dict[str, bool]:
+    def bounded(key: str) -> bool:
+        first_minute = [r[key] for r in resources if r["t"] <= 60] or [resources[0][key]]
+        return resources[-1][key] <= 1.5 * max(first_minute)
+
+    return {
+        f"health answered every second ({checks} checks of gRPC health and /readyz)": checks > 0 and not failures,
+        "server open files within its connection cap": max(r["server_fds"] for r in resources) <= 1000 + 128,
+        "gateway open files within its connection cap": max(r["gateway_fds"] for r in resources) <= 1000 + 128,
+        "server RSS at the end within 1.5x of the first minute's": bounded("server_rss"),
+        "gateway RSS at the end within 1.5x of the first minute's": bounded("gateway_rss"),
+        f"logs short (at most {HOSTILE_LOG_LINES_PER_MINUTE} lines a minute each)":
+            all(n <= HOSTILE_LOG_LINES_PER_MINUTE * max(minutes, 1) for n in log_lines.values()),
     }
 
 
@@ -210,6 +309,17 @@ def report(r: dict) -> str:
     lines += ["", f"server RSS: start {rss[0]:.0f} MiB, peak {max(rss):.0f} MiB, end {rss[-1]:.0f} MiB",
               f"calls by method (clients / server): {r['calls_by_method']['clients']} / "
               f"{r['calls_by_method']['server']}", ""]
+    if r["hostile"]:
+        lines += ["slow and idle clients (how their calls and connections ended):"]
+        lines += [f"  {k:<48}{n:>8,d}" for k, n in r["hostile"].items()]
+        peak = {k: max(x[k] for x in r["resources"]) for k in r["resources"][0] if k != "t"}
+        end = r["resources"][-1]
+        lines += [f"server: RSS peak {peak['server_rss']:.0f} MiB, end {end['server_rss']:.0f}; open files peak "
+                  f"{peak['server_fds']:.0f}, end {end['server_fds']:.0f}; log {r['log_lines']['server']} lines",
+                  f"gateway: RSS peak {peak['gateway_rss']:.0f} MiB, end {end['gateway_rss']:.0f}; open files peak "
+                  f"{peak['gateway_fds']:.0f}, end {end['gateway_fds']:.0f}; log {r['log_lines']['gateway']} lines",
+                  f"health: {r['health']['checks']} checks, {len(r['health']['failures'])} failed "
+                  f"{r['health']['failures'][:5]}", ""]
     lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in r["checks"].items()]
     if r["unexpected"]:
         lines.append(f"unexpected codes: {r['unexpected']}")
@@ -242,9 +352,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--int8", action="store_true", help="serve the int8 graphs")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-seconds", type=float, default=5.0, help="how often the server's RSS is read")
+    p.add_argument("--hostile", action="store_true", help="add the gateway and the slow and idle clients of "
+                   "bench/hostile.py beside the normal load")
+    p.add_argument("--hostile-clients", type=int, default=200, help="with --hostile: idle streams, idle TCP "
+                   "connections to each port, and slow HTTP requests (half slow headers, half slow bodies)")
     p.add_argument("--json", type=Path, help="write the figures here")
     p.add_argument("--plot", type=Path, help="write the RSS-over-time plot here (PNG)")
     args = p.parse_args(argv)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # the hostile clients hold many sockets
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     r = asyncio.run(soak(args))
     print(report(r))
     if args.json:

@@ -1,0 +1,178 @@
+"""Slow and idle clients for the soak (bench/soak.py --hostile): what takes a server down
+without sending any work, run beside the normal load.
+
+- ``idle_streams``: TranslateStream calls that send nothing, reopened when the server ends them
+  (RESOURCE_EXHAUSTED beyond --max-streams, DEADLINE_EXCEEDED after --stream-idle-seconds);
+- ``idle_tcp``: TCP connections to a port that send nothing, reopened when closed;
+- ``slow_headers`` (slowloris): HTTP requests whose headers trickle in a line at a time;
+- ``slow_bodies``: HTTP requests announcing a 1 MB body and sending a kilobyte now and then;
+- ``watch_health``: gRPC Health and the gateway's /readyz once a second: each must answer.
+
+Each actor counts how its connections or calls ended (``Outcomes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from nmt.v1 import translator_pb2_grpc as pb_grpc
+
+RECONNECT_SECONDS = 0.5  # an actor's pause before it replaces what the server closed
+
+
+class Outcomes(collections.Counter):
+    """How each kind of hostile call or connection ended, e.g. ("idle-stream", "DEADLINE_EXCEEDED")."""
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def idle_streams(address: str, n: int, until: float, out: Outcomes) -> None:
+    hold = asyncio.Event()
+
+    async def nothing():
+        await hold.wait()
+        return
+        yield  # pragma: no cover  (an async generator that never yields)
+
+    async def one(stub: pb_grpc.TranslatorStub) -> None:
+        while time.monotonic() < until:
+            call = stub.TranslateStream(nothing(), timeout=max(until - time.monotonic(), 0.1))
+            try:
+                async for _ in call:
+                    pass
+                code = "OK"
+            except grpc.aio.AioRpcError as e:
+                code = e.code().name
+            out["idle-stream", code] += 1
+            await asyncio.sleep(RECONNECT_SECONDS)
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.TranslatorStub(channel)
+        try:
+            await asyncio.gather(*(one(stub) for _ in range(n)))
+        finally:
+            hold.set()
+
+
+async def idle_tcp(host: str, port: int, n: int, until: float, out: Outcomes, kind: str = "idle-tcp") -> None:
+    async def one() -> None:
+        while time.monotonic() < until:
+            try:
+                reader, writer = await asyncio.open_connection(host, port)
+            except OSError:
+                out[kind, "refused"] += 1
+                await asyncio.sleep(RECONNECT_SECONDS)
+                continue
+            try:
+                left = until - time.monotonic()
+                closed = False
+                with contextlib.suppress(TimeoutError, ConnectionError):
+                    while await asyncio.wait_for(reader.read(4096), max(left, 0.1)):
+                        pass  # the server's greeting (HTTP/2 settings): read on until it closes
+                    closed = True
+                out[kind, "closed by the server" if closed else "open at the end"] += 1
+            finally:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+            await asyncio.sleep(RECONNECT_SECONDS)
+
+    await asyncio.gather(*(one() for _ in range(n)))
+
+
+async def _slow_http(host: str, port: int, until: float, out: Outcomes, kind: str, head: bytes, drip: bytes,
+                     every: float) -> None:
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            out[kind, "refused"] += 1
+            await asyncio.sleep(RECONNECT_SECONDS)
+            continue
+        status = "open at the end"
+        try:
+            writer.write(head)
+            while time.monotonic() < until:
+                try:
+                    answer = await asyncio.wait_for(reader.read(4096), every)
+                except TimeoutError:
+                    writer.write(drip)  # one more line of headers, or a kilobyte of body
+                    continue
+                status = answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "closed"
+                break
+        except ConnectionError:
+            status = "reset"
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        out[kind, status] += 1
+        await asyncio.sleep(RECONNECT_SECONDS)
+
+
+async def slow_headers(host: str, port: int, n: int, until: float, out: Outcomes) -> None:
+    head = b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    await asyncio.gather(*(_slow_http(host, port, until, out, "slow-headers", head, b"X-Slow: 1\r\n", 2.0)
+                           for _ in range(n)))
+
+
+async def slow_bodies(host: str, port: int, n: int, until: float, out: Outcomes) -> None:
+    head = (b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000\r\n\r\n{\"q\": \"")
+    await asyncio.gather(*(_slow_http(host, port, until, out, "slow-body", head, b"a" * 1024, 2.0)
+                           for _ in range(n)))
+
+
+async def http_translate(host: str, port: int, until: float, out: Outcomes, text: str) -> None:
+    """A well-behaved HTTP client: one LibreTranslate request after another, each on its own connection."""
+    body = json.dumps({"q": text, "source": "en", "target": "de"}).encode()
+    request = (b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(request)
+            answer = await asyncio.wait_for(reader.read(), 60)
+            writer.close()
+            status = answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "no answer"
+        except (OSError, TimeoutError) as e:
+            status = type(e).__name__
+        out["http-translate", status] += 1
+
+
+async def watch_health(address: str, http_host: str, http_port: int, until: float, failures: list[str]) -> int:
+    """Ask both health endpoints once a second until ``until``; each miss is noted with its time."""
+    checks = 0
+    start = time.monotonic()
+    async with grpc.aio.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < until:
+            checks += 1
+            at = f"{time.monotonic() - start:.0f}s"
+            try:
+                r = await health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+                if r.status != health_pb2.HealthCheckResponse.SERVING:
+                    failures.append(f"{at} gRPC health {r.status}")
+            except grpc.aio.AioRpcError as e:
+                failures.append(f"{at} gRPC health {e.code().name}")
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(http_host, http_port), 2)
+                writer.write(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                answer = await asyncio.wait_for(reader.read(), 2)
+                writer.close()
+                if not answer.startswith(b"HTTP/1.1 200 "):
+                    failures.append(f"{at} /readyz {answer[:40]!r}")
+            except (OSError, TimeoutError) as e:
+                failures.append(f"{at} /readyz {type(e).__name__}")
+            await asyncio.sleep(1.0)
+    return checks
