@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.server_load import ROOT, Request, ServerProcess, free_port, run_load, stop_process
+from bench.server_load import ROOT, Request, ServerProcess, run_load, stop_process
+from cli import free_port
 from corpus.bible import bible_pairs
 
 

@@ -47,7 +47,8 @@ from pathlib import Path
 import grpc
 
 from bench import hostile
-from bench.server_load import ServerProcess, free_port, process_rss_mib, stop_process
+from bench.server_load import ServerProcess, process_rss_mib, stop_process
+from cli import free_port
 from clients.loadtest import percentile
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc

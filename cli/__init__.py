@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +33,18 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3
 EXIT_UNFINISHED = 75  # EX_TEMPFAIL
+
+# Where the server listens and the clients and the gateway look for it, unless told otherwise.
+LOCALHOST = "127.0.0.1"
+GRPC_PORT = 50051
+GRPC_ADDRESS = f"{LOCALHOST}:{GRPC_PORT}"
+
+
+def free_port(host: str = LOCALHOST) -> int:
+    """A TCP port nothing listens on now (for a server started next, in tests and benchmarks)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 _MEANING = {
     EXIT_OK: "done",

@@ -34,11 +34,12 @@ from pathlib import Path
 
 import grpc
 
+from cli import GRPC_ADDRESS
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
-DEFAULT_ADDRESS = "127.0.0.1:50051"
+DEFAULT_ADDRESS = GRPC_ADDRESS
 # How long a command waits for a server it has not reached yet (a wrong port, a host that does not
 # resolve): long enough for a server that is starting, short of the minutes a restart is ridden out.
 FIRST_CONTACT_SECONDS = 5.0

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, deprecated_alias, exit_status_help
+from cli import EXIT_FAILED, EXIT_USAGE, GRPC_ADDRESS, LOCALHOST, ArgumentParser, deprecated_alias, exit_status_help
 from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
@@ -26,9 +26,9 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 @dataclass(frozen=True)
 class GatewayConfig(Settings):
-    grpc_address: str = setting("127.0.0.1:50051", "the nmt-serve gRPC server (or the balancer in front of "
+    grpc_address: str = setting(GRPC_ADDRESS, "the nmt-serve gRPC server (or the balancer in front of "
                                                    "several), HOST:PORT")
-    host: str = setting("127.0.0.1", "address to listen on for HTTP: 127.0.0.1 for this machine only; 0.0.0.0 "
+    host: str = setting(LOCALHOST, "address to listen on for HTTP: 127.0.0.1 for this machine only; 0.0.0.0 "
                                      "or [::] for every interface (in a container)")
     port: int = setting(5000, "HTTP port (LibreTranslate's); 0 picks a free one")
     api_keys_file: str = setting("", "a file of API keys, one per line (blank lines and lines starting with # "

@@ -10,6 +10,7 @@ import sys
 
 import grpc
 
+from cli import GRPC_ADDRESS
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 
@@ -17,7 +18,7 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("texts", nargs="+")
-    p.add_argument("--address", default="127.0.0.1:50051")
+    p.add_argument("--address", default=GRPC_ADDRESS)
     p.add_argument("--source", default="en")
     p.add_argument("--target", default="de")
     p.add_argument("--beam", type=int, default=4)

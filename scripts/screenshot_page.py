@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,14 +22,11 @@ import urllib.request
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from cli import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "In the beginning God created the heaven and the earth. And God said, Let there be light."
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -16,6 +16,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from run_checks import listener_is  # scripts/ is this script's directory
 
+from cli import GRPC_ADDRESS
+
 
 def alive(pid: int) -> bool:
     """Running (a zombie, exited but not yet reaped by its parent, is not)."""
@@ -34,7 +36,7 @@ def alive(pid: int) -> bool:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--address", default="127.0.0.1:50051", help="HOST:PORT of the server (default: %(default)s)")
+    p.add_argument("--address", default=GRPC_ADDRESS, help="HOST:PORT of the server (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=120, help="seconds to wait (default: %(default)s)")
     p.add_argument("--pid", type=int, help="the server's process id (default: any server on the port)")
     args = p.parse_args()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from cli import EXIT_FAILED, EXIT_USAGE, ArgumentParser, exit_status_help
+from cli import EXIT_FAILED, EXIT_USAGE, GRPC_PORT, LOCALHOST, ArgumentParser, exit_status_help
 from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
@@ -24,9 +24,9 @@ SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_senten
 class ServerConfig(Settings):
     model: tuple[str, ...] = setting((), "a model package to serve: DIR or NAME=DIR, the directory nmt-export "
                                          "wrote (repeatable; the first is the default model)")
-    host: str = setting("127.0.0.1", "address to listen on: 127.0.0.1 for this machine only; 0.0.0.0 or [::] "
+    host: str = setting(LOCALHOST, "address to listen on: 127.0.0.1 for this machine only; 0.0.0.0 or [::] "
                                      "for every interface (in a container)")
-    port: int = setting(50051, "gRPC port; 0 picks a free one")
+    port: int = setting(GRPC_PORT, "gRPC port; 0 picks a free one")
     device: str = setting("auto", "auto (CUDA when it works, else the CPU with one warning), cuda or cpu")
     device_resident: str = setting("auto", "keep the caches on the device between decoder steps: auto (on CUDA, "
                                            "when the package has the step and rows graphs), on or off")
@@ -36,7 +36,7 @@ class ServerConfig(Settings):
                                         "in a server they share the cores with gRPC and the event loop, and "
                                         "spinning threads starve those")
     metrics_port: int = setting(9090, "port of the Prometheus exporter; -1 turns it off; 0 picks a free one")
-    metrics_host: str = setting("127.0.0.1", "address the Prometheus exporter listens on (0.0.0.0: every "
+    metrics_host: str = setting(LOCALHOST, "address the Prometheus exporter listens on (0.0.0.0: every "
                                              "interface)")
     max_texts: int = setting(64, "texts per request")
     max_sentences: int = setting(0, "sentences per request, after texts are split into sentences; 0: "

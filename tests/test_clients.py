@@ -9,7 +9,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cli import free_port
 from clients.attention import attention_matrix, draw_attention
 from clients.client import (
     FIRST_CONTACT_SECONDS,
@@ -60,11 +60,6 @@ def texts_received(server: ServerThread) -> float:
     registry = server.running.service.metrics.registry
     return registry.get_sample_value("nmt_texts_total", {"model": "tiny"}) or 0.0
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- the library

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2
 
-from cli import EXIT_OK, EXIT_USAGE, options_without_help
+from cli import EXIT_OK, EXIT_USAGE, free_port, options_without_help
 from gateway.alignment import aligned_placement, translation_alignments
 from gateway.app import STATIC_DIR
 from gateway.config import GatewayConfig, build_parser, parse_args
@@ -37,11 +37,6 @@ LONG = "All things were made through him. Without him was not anything made that
 STOP = {pb.STOP_REASON_UNSPECIFIED: "UNSPECIFIED", pb.STOP_REASON_END_OF_SENTENCE: "END_OF_SENTENCE",
         pb.STOP_REASON_LENGTH_LIMIT: "LENGTH_LIMIT"}
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def metric(server: ServerThread, name: str) -> float:

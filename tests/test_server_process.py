@@ -24,6 +24,7 @@ import pytest
 import sentencepiece as spm
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from cli import free_port
 from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
@@ -36,11 +37,6 @@ from tests.server_harness import ServerThread, code_and_details, request, wait_u
 ROOT = Path(__file__).resolve().parents[1]
 LONG = "All things were made through him. Without him was not anything made that has been made."
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(package: Path, *extra: str) -> tuple[subprocess.Popen, int]:
