@@ -18,6 +18,10 @@ from cli.settings import values as _values
 from engine.defaults import DEVICES, RESIDENT_MODES
 
 SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_sentences)
+# The scheduler's limits (server/scheduler.py, SchedulerLimits), the defaults of their flags.
+MAX_BATCH_ROWS = 64
+MAX_TOKENS_IN_FLIGHT = 65536
+MAX_QUEUE = 1024
 
 
 @dataclass(frozen=True)
@@ -46,9 +50,9 @@ class ServerConfig(Settings):
     max_output_tokens: int = setting(256, "output tokens per text; capped by the model")
     max_beam: int = setting(8, "the largest beam size a request may ask for")
     max_message_bytes: int = setting(4 * 1024 * 1024, "the largest gRPC message, request or response, in bytes")
-    max_batch_rows: int = setting(64, "rows (texts x beams) decoded together in one step")
-    max_tokens_in_flight: int = setting(65536, "source and output tokens held by the batch at once")
-    max_queue: int = setting(1024, "texts waiting to join the batch; beyond it a request gets "
+    max_batch_rows: int = setting(MAX_BATCH_ROWS, "rows (texts x beams) decoded together in one step")
+    max_tokens_in_flight: int = setting(MAX_TOKENS_IN_FLIGHT, "source and output tokens held by the batch at once")
+    max_queue: int = setting(MAX_QUEUE, "texts waiting to join the batch; beyond it a request gets "
                                    "RESOURCE_EXHAUSTED at once")
     stream_window: int = setting(32, "requests of one stream decoded concurrently")
     grace_seconds: float = setting(10.0, "on SIGTERM, time for in-flight work to finish")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from engine.decoding import Encoded, Job, encode_jobs, new_batch
 from engine.runtime import Runtime
+from server.config import MAX_BATCH_ROWS, MAX_QUEUE, MAX_TOKENS_IN_FLIGHT
 from server.metrics import Metrics
 
 log = logging.getLogger("nmt.server")
@@ -50,9 +51,9 @@ class JobFailed(Exception):
 
 @dataclass(frozen=True)
 class SchedulerLimits:
-    max_batch_rows: int = 64  # beam rows decoded together in one step
-    max_tokens_in_flight: int = 65536  # sum over running jobs of rows x (source + max output) tokens
-    max_queue: int = 1024  # jobs waiting to join the batch
+    max_batch_rows: int = MAX_BATCH_ROWS  # beam rows decoded together in one step
+    max_tokens_in_flight: int = MAX_TOKENS_IN_FLIGHT  # sum over running jobs of rows x (source + max output) tokens
+    max_queue: int = MAX_QUEUE  # jobs waiting to join the batch
 
 
 @dataclass(eq=False)
