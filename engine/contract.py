@@ -27,7 +27,7 @@ positions are inputs, so a slot's column says nothing about its position, and ro
 different lengths (what continuous batching needs) share one step, each masking the
 slots that are not its own.
 
-Device-resident decoding (engine/resident.py; graphs made by export/resident.py) adds two
+Device-resident decoding (ResidentBatch in engine/decoding.py; graphs made by export/resident.py) adds two
 optional graphs, so the caches stay where the graphs run and only ids, positions, masks and
 the search's candidates cross to and from the host:
 Step:     input_ids, positions, past_mask, src_mask as above,

@@ -9,7 +9,7 @@ asked for the GPU) and ``auto`` serves on the CPU after one warning line with th
 ``Runtime.device`` is then what the sessions run on, and the server reports it.
 
 On the CPU the int8 variant can be chosen; on CUDA the fp16 variant is used when the package
-has one. On CUDA, decoding is device-resident (engine/resident.py) when the package has the
+has one. On CUDA, decoding is device-resident (ResidentBatch in engine/decoding.py) when the package has the
 step and rows graphs; ``resident`` forces it on or off (the tests run it on the CPU).
 """
 
@@ -49,7 +49,7 @@ class RuntimeOptions:
     int8: bool = False  # on the CPU, use the int8 graphs when the package has them
     variant: str = ""  # force one graph variant (fp32, int8, fp16) instead of choosing by device
     spin: bool = True  # intra-op threads spin between ops: faster alone, slower beside other busy threads
-    resident: str = "auto"  # auto (on CUDA when the package has the graphs) | on | off: engine/resident.py
+    resident: str = "auto"  # auto (on CUDA when the package has the graphs) | on | off: engine/decoding.ResidentBatch
 
 
 

@@ -1,4 +1,4 @@
-"""The graphs of device-resident decoding (engine/resident.py): ``step`` and ``rows``.
+"""The graphs of device-resident decoding (ResidentBatch in engine/decoding.py): ``step`` and ``rows``.
 
 The plain decoder step (``decoder.onnx``) returns the new token's keys and values and the
 whole (B, V) log-probabilities, and the numpy loop keeps the cache: right for the CPU, where
