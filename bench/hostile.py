@@ -64,27 +64,35 @@ async def idle_streams(address: str, n: int, until: float, out: Outcomes) -> Non
             hold.set()
 
 
+async def _connect(host: str, port: int, out: Outcomes, kind: str):
+    """A connection, or None (counted as refused, after a pause) when it cannot be made."""
+    try:
+        return await asyncio.open_connection(host, port)
+    except OSError:
+        out[kind, "refused"] += 1
+        await asyncio.sleep(RECONNECT_SECONDS)
+        return None
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+
+
 async def idle_tcp(host: str, port: int, n: int, until: float, out: Outcomes, kind: str = "idle-tcp") -> None:
     async def one() -> None:
         while time.monotonic() < until:
-            try:
-                reader, writer = await asyncio.open_connection(host, port)
-            except OSError:
-                out[kind, "refused"] += 1
-                await asyncio.sleep(RECONNECT_SECONDS)
+            if (connection := await _connect(host, port, out, kind)) is None:
                 continue
-            try:
-                left = until - time.monotonic()
-                closed = False
-                with contextlib.suppress(TimeoutError, ConnectionError):
-                    while await asyncio.wait_for(reader.read(4096), max(left, 0.1)):
-                        pass  # the server's greeting (HTTP/2 settings): read on until it closes
-                    closed = True
-                out[kind, "closed by the server" if closed else "open at the end"] += 1
-            finally:
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
+            reader, writer = connection
+            closed = False
+            with contextlib.suppress(TimeoutError, ConnectionError):
+                while await asyncio.wait_for(reader.read(4096), max(until - time.monotonic(), 0.1)):
+                    pass  # the server's greeting (HTTP/2 settings): read on until it closes
+                closed = True
+            await _close(writer)
+            out[kind, "closed by the server" if closed else "open at the end"] += 1
             await asyncio.sleep(RECONNECT_SECONDS)
 
     await asyncio.gather(*(one() for _ in range(n)))
@@ -93,12 +101,9 @@ async def idle_tcp(host: str, port: int, n: int, until: float, out: Outcomes, ki
 async def _slow_http(host: str, port: int, until: float, out: Outcomes, kind: str, head: bytes, drip: bytes,
                      every: float) -> None:
     while time.monotonic() < until:
-        try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError:
-            out[kind, "refused"] += 1
-            await asyncio.sleep(RECONNECT_SECONDS)
+        if (connection := await _connect(host, port, out, kind)) is None:
             continue
+        reader, writer = connection
         status = "open at the end"
         try:
             writer.write(head)
@@ -112,10 +117,7 @@ async def _slow_http(host: str, port: int, until: float, out: Outcomes, kind: st
                 break
         except ConnectionError:
             status = "reset"
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        await _close(writer)
         out[kind, status] += 1
         await asyncio.sleep(RECONNECT_SECONDS)
 

@@ -38,6 +38,7 @@ EXIT_UNFINISHED = 75  # EX_TEMPFAIL
 LOCALHOST = "127.0.0.1"
 GRPC_PORT = 50051
 GRPC_ADDRESS = f"{LOCALHOST}:{GRPC_PORT}"
+MAX_CONNECTIONS = 1000  # TCP connections the server and the gateway each hold open at once (--max-connections)
 
 
 def free_port(host: str = LOCALHOST) -> int:

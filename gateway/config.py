@@ -15,7 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli import EXIT_FAILED, EXIT_USAGE, GRPC_ADDRESS, LOCALHOST, ArgumentParser, deprecated_alias, exit_status_help
+from cli import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    GRPC_ADDRESS,
+    LOCALHOST,
+    MAX_CONNECTIONS,
+    ArgumentParser,
+    deprecated_alias,
+    exit_status_help,
+)
 from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
@@ -50,8 +59,8 @@ class GatewayConfig(Settings):
                                          "accepts localhost, 127.0.0.1 and ::1 when listening on this machine only "
                                          "(a page on another site cannot reach it through DNS rebinding) and any "
                                          "name otherwise")
-    max_connections: int = setting(1000, "HTTP connections open at once; a connection beyond it is answered 503 "
-                                         "and closed at once")
+    max_connections: int = setting(MAX_CONNECTIONS, "HTTP connections open at once; a connection beyond it "
+                                                    "is answered 503 and closed at once")
     header_seconds: float = setting(10.0, "time a client has to send a request's headers (and to start it on a "
                                           "new connection); a slower one is disconnected")
     body_seconds: float = setting(30.0, "time a client has to send a request's body once its headers are in; a "

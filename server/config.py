@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from cli import EXIT_FAILED, EXIT_USAGE, GRPC_PORT, LOCALHOST, ArgumentParser, exit_status_help
+from cli import EXIT_FAILED, EXIT_USAGE, GRPC_PORT, LOCALHOST, MAX_CONNECTIONS, ArgumentParser, exit_status_help
 from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
@@ -72,7 +72,7 @@ class ServerConfig(Settings):
     stream_idle_seconds: float = setting(60.0, "a stream with no request in flight that sends nothing for this "
                                                "long is closed (DEADLINE_EXCEEDED), so idle clients cannot "
                                                "hold every call")
-    max_connections: int = setting(1000, "TCP connections to the gRPC port open at once; one beyond it is "
+    max_connections: int = setting(MAX_CONNECTIONS, "TCP connections to the gRPC port open at once; one beyond it is "
                                          "closed at once")
     handshake_seconds: float = setting(10.0, "time a new connection has to complete its TLS and HTTP/2 "
                                              "handshake; one that sends nothing is closed after it")
