@@ -35,6 +35,7 @@ from pathlib import Path
 import grpc
 
 from cli import GRPC_ADDRESS
+from engine.defaults import BEAM_SIZE
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 
@@ -188,7 +189,7 @@ def served_model(models: Sequence[pb.ModelInfo], source: str, target: str, model
     return chosen
 
 
-def decoding_options(beam_size: int = 1, num_hypotheses: int = 1, length_penalty: float = 0.0,
+def decoding_options(beam_size: int = BEAM_SIZE, num_hypotheses: int = 1, length_penalty: float = 0.0,
                      max_output_tokens: int = 0, return_scores: bool = False, return_attention: bool = False,
                      no_sentence_split: bool = False) -> pb.DecodingOptions:
     return pb.DecodingOptions(beam_size=beam_size, num_hypotheses=num_hypotheses, length_penalty=length_penalty,

@@ -62,6 +62,7 @@ from clients.client import (
 )
 from clients.credentials import add_connection_arguments, connection, explain
 from clients.progress import Progress
+from engine.defaults import BEAM_SIZE
 
 EXIT_STOPPED, EXIT_FAILED_LINES = EXIT_FAILED, EXIT_PARTIAL  # this command's names for them
 
@@ -78,7 +79,7 @@ class Job:
     source: str
     target: str
     model: str = ""
-    beam_size: int = 1
+    beam_size: int = BEAM_SIZE
     nbest: int = 1
     batch_lines: int = 32
     in_flight: int = 4
@@ -490,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_arguments(p)
     p.add_argument("--model", default="", help="model name, when the server has several (default: the "
                    "server's first)")
-    p.add_argument("--beam", type=int, default=1, help="beam size (1: greedy)")
+    p.add_argument("--beam", type=int, default=BEAM_SIZE, help="beam size (1: greedy; the default is the web "
+                   "page's and the HTTP API's)")
     p.add_argument("--nbest", type=int, default=1, help="hypotheses per line, written as text<TAB>score<TAB>stop "
                    "reason columns (end_of_sentence, or length_limit: may be cut short)")
     p.add_argument("--max-output-tokens", type=int, default=0, help="most target tokens per sentence (default: "

@@ -15,6 +15,12 @@ SPECIAL_IDS: dict[str, int] = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos
 # GNMT's length penalty ((5 + |Y|) / 6) ^ alpha, for beam search: the default alpha.
 LENGTH_PENALTY = 0.6
 
+# The beam a person gets without choosing one, wherever they send the text: the web page,
+# LibreTranslate's /translate, /v1/translate, nmt-translate and the Python client, so that the
+# same text gets the same translation everywhere (and asking for alternatives, up to
+# BEAM_SIZE - 1 of them, does not change it). A raw gRPC request's 0 stays greedy.
+BEAM_SIZE = 4
+
 # The default output-length bound, OUTPUT_SLOPE x source tokens (tag and eos included) +
 # OUTPUT_MARGIN. It must leave room for the longest natural translations: over the training
 # split of the bundled corpus (all six directions en<->de/fr/es, 384,076 pairs, the shipped

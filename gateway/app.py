@@ -457,11 +457,19 @@ class Gateway:
                 best.append(d.render([text for text, _ in placed], [aligned_placement(a) for _, a in placed]))
             others: list[list[str]] = [[] for _ in texts]  # LibreTranslate gives none for html either
         else:
+            # The translation is --beam's, with or without alternatives: up to --beam - 1 of them
+            # come from the same beam; more need a wider one, asked for in a second call.
             request.texts.extend(texts)
-            request.options.beam_size, request.options.num_hypotheses = beam(alternatives + 1), alternatives + 1
+            request.options.beam_size = beam(1)
+            request.options.num_hypotheses = min(alternatives + 1, request.options.beam_size)
             response = await self.up.translate(request, deadline)
             best = [_best(t) for t in response.translations]
-            others = [_unique([h.text for h in t.hypotheses[1:]], b) for t, b in zip(response.translations, best)]
+            nbest = response
+            if alternatives + 1 > request.options.beam_size:
+                request.options.beam_size = request.options.num_hypotheses = beam(alternatives + 1)
+                nbest = await self.up.translate(request, deadline)
+            others = [_unique([h.text for h in t.hypotheses], b)[:alternatives]
+                      for t, b in zip(nbest.translations, best)]
         out: dict[str, Any] = {"translatedText": best[0] if isinstance(q, str) else best}
         if alternatives > 0:
             out["alternatives"] = others[0] if isinstance(q, str) else others
@@ -494,6 +502,8 @@ class Gateway:
             raise bad_request(f"unknown keys: {', '.join(repr(k)[:60] for k in unknown)}; known: {', '.join(V1_KEYS)}")
         self.check_key(request, body.get("api_key"))
         translate = _v1_request(body)
+        if not translate.options.beam_size:  # not given: --beam, as /translate and the page
+            translate.options.beam_size = max(self.cfg.beam, translate.options.num_hypotheses)
         deadline = Deadline.of(request, self.cfg.timeout)
         result = await until_disconnected(request, self._v1(translate, deadline))
         return Response(status_code=CLIENT_GONE) if result is None else JSONResponse(result)

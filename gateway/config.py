@@ -28,6 +28,7 @@ from cli import (
 from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
+from engine.defaults import BEAM_SIZE
 
 ENV_PREFIX = "NMT_HTTP_"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -50,7 +51,7 @@ class GatewayConfig(Settings):
                                    "X-Timeout-Seconds header may lower it")
     max_body_bytes: int = setting(1024 * 1024, "the largest request body in bytes; a larger one is answered "
                                                "413")
-    beam: int = setting(4, "beam size of /translate (LibreTranslate's API, which has no such option), "
+    beam: int = setting(BEAM_SIZE, "beam size of /translate (LibreTranslate's API, which has no such option), "
                                 "raised to alternatives + 1 when more alternatives are asked for, at most the "
                                 "server's largest beam; /v1/translate takes beam_size per request")
     cors_origins: str = setting("*", "origins whose web pages may call the API from a browser (CORS), separated "

@@ -123,11 +123,23 @@ def test_alternatives_are_the_other_hypotheses_without_repeats(server, http):
     # A list: a list of lists; the form's alternatives is a string.
     r = http.post("/translate", data={"q": [TEXTS[1], TEXTS[1]], "source": "en", "target": "de", "alternatives": "2"})
     assert (r.status_code, r.json()) == (200, {"translatedText": [best, best], "alternatives": [others, others]})
-    # More alternatives than beam 4 holds: the beam grows to alternatives + 1.
-    [t] = grpc_translate(server, TEXTS[1], beam_size=6, num_hypotheses=6).translations
+    # More alternatives than beam 4 holds: they come from a beam of alternatives + 1, and the
+    # translation is still beam 4's: asking for alternatives never changes it.
+    [wide] = grpc_translate(server, TEXTS[1], beam_size=6, num_hypotheses=6).translations
     r = http.post("/translate", json={"q": TEXTS[1], "source": "en", "target": "de", "alternatives": 5})
-    assert r.status_code == 200 and r.json()["translatedText"] == t.hypotheses[0].text
-    assert len(r.json()["alternatives"]) <= 5
+    assert r.status_code == 200 and r.json()["translatedText"] == best
+    expected: list[str] = []
+    for h in wide.hypotheses:
+        if h.text not in (best, "", *expected):
+            expected.append(h.text)
+    assert r.json()["alternatives"] == expected[:5]
+    for alternatives in (0, 1, 3, 7):
+        r = http.post("/translate", json={"q": TEXTS[1], "source": "en", "target": "de", "alternatives": alternatives})
+        assert r.json()["translatedText"] == best, alternatives
+    r = http.post("/v1/translate", json={"q": TEXTS[1], "source": "en", "target": "de"})  # as the page asks
+    assert r.json()["translations"][0]["hypotheses"][0]["text"] == best
+    r = http.post("/v1/translate", json={"q": TEXTS[1], "source": "en", "target": "de", "num_hypotheses": 4})
+    assert r.json()["translations"][0]["hypotheses"][0]["text"] == best  # the page's "Alternatives" ticked
     # The server's largest beam is 8: 7 alternatives at most; not a number: 400.
     r = http.post("/translate", json={"q": "Jesus wept.", "source": "en", "target": "de", "alternatives": 8})
     assert (r.status_code, r.json()) == (400, {"error": "Invalid request: alternatives parameter must be <= 7"})

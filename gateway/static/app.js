@@ -4,7 +4,7 @@
 "use strict";
 
 (function () {
-  const NBEST = 4; // "Alternatives": beam 4, the best 4 hypotheses
+  const NBEST = 4; // "Alternatives": the best 4 hypotheses of the gateway's beam (--beam, 4 by default)
 
   const $ = (id) => document.getElementById(id);
   const el = {
@@ -205,10 +205,7 @@
     const attention = el.attention.checked;
     const body = { q: text, source: el.source.value, target: el.target.value,
                    return_scores: alternatives, return_attention: attention };
-    if (alternatives) {
-      body.beam_size = NBEST;
-      body.num_hypotheses = NBEST;
-    }
+    if (alternatives) body.num_hypotheses = NBEST;  // from the same beam: the translation stays the same
     setBusy(true);
     const started = performance.now();
     let done = "";
