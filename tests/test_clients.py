@@ -36,6 +36,7 @@ from clients.loadtest import percentile
 from clients.progress import Progress
 from clients.translate_file import FileTranslator, Job, format_translation, split_lines
 from clients.translate_file import main as translate_main
+from engine.defaults import BEAM_SIZE
 from tests.server_harness import TEXTS, ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -475,7 +476,7 @@ def _as_left_by_a_kill(d: Path, lines: list[str], partial: str, errors: str) -> 
     (d / "out.txt.partial").write_text(partial)
     (d / "out.txt.partial.json").write_text(json.dumps(
         {"input_sha256": hashlib.sha256(raw).hexdigest(), "lines": len(lines), "source": "en", "target": "de",
-         "model": "", "beam_size": 1, "nbest": 1, "max_output_tokens": 0, "split": True}))
+         "model": "", "beam_size": BEAM_SIZE, "nbest": 1, "max_output_tokens": 0, "split": True}))
     (d / "out.txt.errors.tsv").write_text(errors)
     return d / "in.txt"
 
