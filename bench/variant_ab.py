@@ -1,13 +1,17 @@
 """``python -m bench.variant_ab``: graph variants side by side: BLEU, batch invariance, greedy speed.
 
+    python -m bench.variant_ab --checkpoint models/default --directions en-de --sentences 879 --beam 4 \
+        --batch-sizes "" int8=packages/default:int8    # batch invariance of beam 4 over all of John
+
     python -m bench.variant_ab --checkpoint models/default --directions en-de,de-en --sentences 200 \\
         fp32=packages/default:fp32 int8=packages/default:int8 int8-old=packages/default-old:int8
 
 Each ``NAME=PACKAGE:VARIANT`` is one onnxruntime CPU runtime (``--threads``, 1 by default)
-decoded greedily by the server's own loop (``export/verify.py``'s ``decode`` over
-``engine/decoding.py``). Sentences: the first ``--sentences`` test verses of each direction
-in ``--directions`` (the checkpoint's data, as ``nmt-verify`` reads them), or of ``--input``
-(``source<TAB>reference`` lines in the first of ``--directions``). Reported per variant:
+decoded greedily (or with ``--beam``, for quality and invariance) by the server's own loop
+(``export/verify.py``'s ``decode`` over ``engine/decoding.py``). Sentences: the first
+``--sentences`` test verses of each direction in ``--directions`` (the checkpoint's data, as
+``nmt-verify`` reads them), or of ``--input`` (``source<TAB>reference`` lines in the first of
+``--directions``). Reported per variant:
 
 - BLEU and chrF per direction, decoding batches of 64 sources sorted by length;
 - batch invariance: how many texts decode to other tokens alone than in those batches;
@@ -31,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.decoding import DecodeOptions
 from engine.package import ModelPackage
 from engine.runtime import Runtime
 from export.verify import cpu_runtime, decode, step_log_probs
@@ -76,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: the checkpoint's test split)")
     p.add_argument("--sentences", type=int, default=200, help="test verses per direction for BLEU and invariance")
     p.add_argument("--speed-sentences", type=int, default=64, help="of those, per direction, for the timing")
-    p.add_argument("--batch-sizes", default="1,32")
+    p.add_argument("--beam", type=int, default=1, help="beam size of the quality and invariance decodes "
+                   "(the timing is greedy)")
+    p.add_argument("--batch-sizes", default="1,32", help="greedy timing at these batch sizes (empty: no timing)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reference", help="the variant the others are held to (default: the first)")
@@ -120,23 +127,25 @@ def main(argv: list[str] | None = None) -> int:
         for name in [reference, *(n for n in runtimes if n != reference)]:  # the reference first
             rt = runtimes[name]
             tokens: list[list[int]] = [[] for _ in sources]
+            options = DecodeOptions(beam_size=args.beam)
             for rows in batches_by_length(sources, BLEU_BATCH):
-                for i, nbest in zip(rows, decode(rt, [sources[i] for i in rows])):
+                for i, nbest in zip(rows, decode(rt, [sources[i] for i in rows], options)):
                     tokens[i] = nbest[0].tokens
             outputs[name] = tokens
-            alone = [decode(rt, [s])[0][0].tokens for s in sources]
+            alone = [decode(rt, [s], options)[0][0].tokens for s in sources]
             bleu, chrf, _ = score([tokenizer.decode_restored(t, o) for t, o in zip(tokens, originals[direction])], refs)
             differ = sum(a != t for a, t in zip(alone, tokens))
             error, agree = forced_closeness(rt, runtimes[reference], sources, outputs[reference])
             result["quality"].append({"direction": direction, "variant": name, "bleu": bleu, "chrf": chrf,
                                       "differ_alone": differ, "texts": len(sources), "logprob_error": error,
                                       "argmax_agree": agree, "reference": reference})
-            print(f"{direction}  {name:<10} BLEU {bleu:6.2f}  chrF {chrf:6.2f}  alone vs in a batch: "
-                  f"{differ}/{len(sources)} texts differ  vs {reference}: mean |d log p| {error:.4f}, "
-                  f"same best token {agree:.2%}", flush=True)
+            result["quality"][-1]["differing"] = [i for i, (a, t) in enumerate(zip(alone, tokens)) if a != t]
+            print(f"{direction}  {name:<10} beam {args.beam} BLEU {bleu:6.2f}  chrF {chrf:6.2f}  alone vs in a "
+                  f"batch of {BLEU_BATCH}: {differ}/{len(sources)} texts differ  vs {reference}: mean |d log p| "
+                  f"{error:.4f}, same best token {agree:.2%}", flush=True)
 
     timed = [s for sources, _ in data.values() for s in sources[: args.speed_sentences]]
-    for size in [int(b) for b in args.batch_sizes.split(",")]:
+    for size in [int(b) for b in args.batch_sizes.split(",") if b.strip()]:
         # Per direction, as nmt-bench cuts them (directions never share a batch).
         batches, start = [], 0
         for sources, _ in data.values():
