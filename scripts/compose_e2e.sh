@@ -108,18 +108,8 @@ if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   log "base image $BASE_IMAGE exists"
 else
   [ "$BASE_IMAGE" = local/debian:bookworm ] || fail "base image $BASE_IMAGE does not exist"
-  log "building $BASE_IMAGE with debootstrap"
-  rootfs=$WORK/rootfs
-  timeout 900 debootstrap --variant=minbase bookworm "$rootfs" >"$WORK/debootstrap.log" 2>&1 \
-    || { tail -20 "$WORK/debootstrap.log"; fail "debootstrap failed"; }
-  mkdir -p "$rootfs/etc/ssl/certs" "$rootfs/usr/local/share/ca-certificates"
-  cp /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/"
-  if [ -d /usr/local/share/ca-certificates ]; then
-    cp -r /usr/local/share/ca-certificates/. "$rootfs/usr/local/share/ca-certificates/"
-  fi
-  tar -C "$rootfs" -c . | timeout 300 docker import \
-    --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' - "$BASE_IMAGE" >/dev/null
-  rm -rf "$rootfs"
+  log "building $BASE_IMAGE with debootstrap (scripts/base_image.sh, as README says)"
+  bash scripts/base_image.sh "$BASE_IMAGE" >/dev/null || fail "scripts/base_image.sh failed"
 fi
 log "building the server, balancer, gateway and Prometheus images"
 timeout 1800 nice -n 10 "${COMPOSE[@]}" build server lb gateway prometheus >"$WORK/build.log" 2>&1 \
