@@ -231,7 +231,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
         raise ValueError(f"cannot export {checkpoint}: " + "; ".join(problems))
     assert ckpt is not None
     started = time.monotonic()
-    model, cfg, _ = ckpt_io.load_model(path)
+    model, cfg = ckpt_io.model_from(ckpt)  # validate() loaded (and checked) it: not read twice
     tokenizer = ckpt_io.load_tokenizer(ckpt)
     # Build in a temporary directory next to the target and move it in place at the end,
     # so a failed export never leaves a half-written package behind.

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -72,17 +71,14 @@ class Parity:
     beam_equal: int | None
 
 
-def parity(package_dir: str | Path, checkpoint: str | Path, src: np.ndarray, beam_size: int = 4,
-           variant: str = "fp32") -> Parity:
-    """Greedy tokens, log-probabilities along PyTorch's greedy paths (teacher-forced), beam n-best;
-    ``src`` is a right-padded (B, S) batch of sources."""
+def parity(rt: Runtime, model, src: np.ndarray, beam_size: int = 4) -> Parity:
+    """Greedy tokens, log-probabilities along PyTorch's greedy paths (teacher-forced), beam n-best
+    of the package's runtime ``rt`` against the PyTorch ``model`` it was exported from; ``src``
+    is a right-padded (B, S) batch of sources."""
     import torch
 
-    from training import checkpoint as ckpt_io
     from training.decode import beam_search, greedy_search
 
-    model, _, _ = ckpt_io.load_model(checkpoint)
-    rt = cpu_runtime(ModelPackage.load(package_dir), variant)
     pad = rt.package.special_ids["pad"]
     src_t = torch.from_numpy(src.astype(np.int64))
     sources = unpad(src, pad)
@@ -165,10 +161,13 @@ def verify(args: argparse.Namespace) -> int:
         take = pairs[:args.limit] if args.limit else pairs
         by_dir[label] = ([p.src for p in take], [p.tgt for p in take])
     ok = True
+    # Each artifact is loaded (and its sha256 checked) once for all the directions.
+    runtimes = {variant: cpu_runtime(package, variant, args.threads) for variant in package.variants
+                if variant != "fp16"}  # half precision is for CUDA
     for direction, (sources, refs) in by_dir.items():
         tgt = label_direction(direction)[1]
         src = pad([tokenizer.encode_source(t, tgt) for t in sources[: args.parity_rows]]).numpy()
-        par = parity(args.package, path, src, beam_size=max(args.beam, 2))
+        par = parity(runtimes["fp32"], model, src, beam_size=max(args.beam, 2))
         print(f"{direction}: greedy tokens equal {par.greedy_equal}/{par.rows}, max |log-prob diff| "
               f"{par.max_logprob_diff:.2e}, beam n-best equal {par.beam_equal}/{par.rows}", flush=True)
         ok &= par.greedy_equal == par.rows and par.max_logprob_diff < 1e-4
@@ -177,11 +176,9 @@ def verify(args: argparse.Namespace) -> int:
         bleu, chrf, _ = score(hyps, refs)
         print(f"{direction}  pytorch    BLEU {bleu:6.2f}  chrF {chrf:6.2f}  ({time.monotonic() - start:.0f}s)",
               flush=True)
-        for variant in package.variants:
-            if variant == "fp16":
-                continue  # half precision is for CUDA
+        for variant, rt in runtimes.items():
             start = time.monotonic()
-            hyps = translate_onnx(cpu_runtime(package, variant, args.threads), tokenizer, sources, tgt, args.beam)
+            hyps = translate_onnx(rt, tokenizer, sources, tgt, args.beam)
             bleu_v, chrf_v, _ = score(hyps, refs)
             print(f"{direction}  onnx-{variant:<5} BLEU {bleu_v:6.2f}  chrF {chrf_v:6.2f}  "
                   f"(delta {bleu_v - bleu:+.2f}; {time.monotonic() - start:.0f}s)", flush=True)

@@ -38,10 +38,12 @@ def sources(checkpoint: Path, target: str = "de") -> np.ndarray:
 
 
 def test_fp32_parity_greedy_logits_and_beam(tiny_package, tiny_checkpoint):
+    model, _, _ = ckpt_io.load_model(tiny_checkpoint)
+    rt = cpu_runtime(ModelPackage.load(tiny_package))
     for target in ("de", "en"):
         src = sources(tiny_checkpoint, target)
         assert (src == 0).any()  # the batch really holds padding
-        result = parity(tiny_package, tiny_checkpoint, src, beam_size=4)
+        result = parity(rt, model, src, beam_size=4)
         assert result.greedy_equal == result.rows == len(TEXTS)
         assert result.max_logprob_diff < 1e-4
         assert result.beam_equal == result.rows

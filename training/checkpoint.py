@@ -103,10 +103,16 @@ def resolve(path: str | Path) -> Path:
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, RunConfig, dict[str, Any]]:
     """Rebuild the model from a checkpoint's own config and load its weights (eval mode)."""
     ckpt = load(resolve(path))
+    model, cfg = model_from(ckpt, device)
+    return model, cfg, ckpt
+
+
+def model_from(ckpt: dict[str, Any], device: str | torch.device = "cpu") -> tuple[Transformer, RunConfig]:
+    """The model (eval mode) and config of a checkpoint already loaded with ``load``."""
     cfg = RunConfig.from_dict(ckpt["config"])
     model = Transformer(cfg.model)
     model.load_state_dict({k: v.float() for k, v in ckpt["model"].items()})
-    return model.to(device).eval(), cfg, ckpt
+    return model.to(device).eval(), cfg
 
 
 def load_tokenizer(ckpt: dict[str, Any]) -> Tokenizer:
