@@ -23,7 +23,7 @@ import torch
 
 from engine.decoding import DecodeOptions
 from engine.package import ModelPackage
-from export.verify import cpu_runtime, decode, unpad
+from export.verify import cpu_runtime, decode_ids, unpad
 from training import checkpoint as ckpt_io
 from training.data import load_pairs, pad
 from training.decode import greedy_search
@@ -54,7 +54,7 @@ def run(checkpoint: str, package: str, tokens: int, sentences: int, batch_sizes:
             continue
         rt = cpu_runtime(pkg, variant, threads=threads)
         engines[f"onnxruntime {variant}, KV cache"] = (
-            lambda r: lambda src: [nb[0] for nb in decode(r, unpad(src, 0), DecodeOptions(min_len=tokens), tokens)]
+            lambda r: lambda src: [nb[0] for nb in decode_ids(r, unpad(src, 0), DecodeOptions(min_len=tokens), tokens)]
         )(rt)
     rows = []
     for bs in batch_sizes:

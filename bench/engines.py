@@ -108,7 +108,7 @@ def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     from engine.decoding import DecodeOptions
     from engine.package import ModelPackage
     from engine.runtime import Runtime, RuntimeOptions
-    from export.verify import decode
+    from export.verify import decode_ids
 
     engine = work["engine"]
     resident = "on" if engine.endswith(RESIDENT_SUFFIX) else "auto"  # auto: on CUDA, off on the CPU
@@ -119,7 +119,7 @@ def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
         raise RuntimeError(f"onnxruntime runs on {rt.device}, not {work['device']} (providers {rt.providers})")
     options = DecodeOptions(beam_size=work["beam_size"], alpha=work["alpha"])
     info = {"device": rt.device, "variant": rt.variant, "resident": bool(rt.resident)}
-    return (lambda sources: [nb[0].tokens for nb in decode(rt, sources, options)]), info
+    return (lambda sources: [nb[0].tokens for nb in decode_ids(rt, sources, options)]), info
 
 
 def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:

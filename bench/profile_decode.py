@@ -57,11 +57,11 @@ def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, thr
                  beam: int) -> dict[str, Any]:
     import engine.decoding as decoding
     from engine.runtime import Runtime, RuntimeOptions
-    from export.verify import decode
+    from export.verify import decode_ids
 
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads, variant=variant))
     options = decoding.DecodeOptions(beam_size=beam)
-    decode(rt, batches[0], options)  # warm-up
+    decode_ids(rt, batches[0], options)  # warm-up
     timers = Timers()
     rt.encoder = TimedSession(rt.encoder, timers, "encoder.run")
     rt.decoder = TimedSession(rt.decoder, timers, "decoder.run")
@@ -75,7 +75,7 @@ def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, thr
     try:
         start = time.perf_counter()
         for b in batches:
-            decode(rt, b, options)
+            decode_ids(rt, b, options)
         total = time.perf_counter() - start
     finally:
         for (cls, name), fn in originals.items():

@@ -20,7 +20,7 @@ import sentencepiece as spm
 from bench.server_load import Request, ServerProcess, run_load
 from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
-from export.verify import decode
+from export.verify import decode_ids
 
 
 def load_sentences(package: ModelPackage, pair: str, n: int, source_file: Path | None) -> list[str]:
@@ -39,10 +39,10 @@ def offline(package: ModelPackage, pair: str, sentences: list[str], threads: int
     sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
     tag = package.language_tags[pair.split("-")[1]]
     srcs = sorted(([tag, *sp.encode(s), package.special_ids["eos"]] for s in sentences), key=len)
-    decode(rt, srcs[:rows])  # warm-up
+    decode_ids(rt, srcs[:rows])  # warm-up
     start = time.perf_counter()
     for i in range(0, len(srcs), rows):
-        decode(rt, srcs[i:i + rows])
+        decode_ids(rt, srcs[i:i + rows])
     return len(srcs) / (time.perf_counter() - start)
 
 

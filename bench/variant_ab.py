@@ -8,7 +8,7 @@
 
 Each ``NAME=PACKAGE:VARIANT`` is one onnxruntime CPU runtime (``--threads``, 1 by default)
 decoded greedily (or with ``--beam``, for quality and invariance) by the server's own loop
-(``export/verify.py``'s ``decode`` over ``engine/decoding.py``). Sentences: the first
+(``export/verify.py``'s ``decode_ids`` over ``engine/decoding.py``). Sentences: the first
 ``--sentences`` test verses of each direction in ``--directions`` (the checkpoint's data, as
 ``nmt-verify`` reads them), or of ``--input`` (``source<TAB>reference`` lines in the first of
 ``--directions``). Reported per variant:
@@ -38,7 +38,7 @@ import numpy as np
 from engine.decoding import DecodeOptions
 from engine.package import ModelPackage
 from engine.runtime import Runtime
-from export.verify import cpu_runtime, decode, step_log_probs
+from export.verify import cpu_runtime, decode_ids, step_log_probs
 
 BLEU_BATCH = 64
 
@@ -129,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             tokens: list[list[int]] = [[] for _ in sources]
             options = DecodeOptions(beam_size=args.beam)
             for rows in batches_by_length(sources, BLEU_BATCH):
-                for i, nbest in zip(rows, decode(rt, [sources[i] for i in rows], options)):
+                for i, nbest in zip(rows, decode_ids(rt, [sources[i] for i in rows], options)):
                     tokens[i] = nbest[0].tokens
             outputs[name] = tokens
-            alone = [decode(rt, [s], options)[0][0].tokens for s in sources]
+            alone = [decode_ids(rt, [s], options)[0][0].tokens for s in sources]
             bleu, chrf, _ = score([tokenizer.decode_restored(t, o) for t, o in zip(tokens, originals[direction])], refs)
             differ = sum(a != t for a, t in zip(alone, tokens))
             error, agree = forced_closeness(rt, runtimes[reference], sources, outputs[reference])
@@ -157,13 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         # machine then costs every variant alike.
         fastest = {name: [float("inf")] * len(batches) for name in runtimes}
         for rt in runtimes.values():  # warm-up
-            decode(rt, [timed[i] for i in batches[0]])
+            decode_ids(rt, [timed[i] for i in batches[0]])
         for r in range(args.rounds):
             for b, rows in enumerate(batches):
                 names = list(runtimes) if (r + b) % 2 == 0 else list(runtimes)[::-1]
                 for name in names:
                     began = time.perf_counter()
-                    decode(runtimes[name], [timed[i] for i in rows])
+                    decode_ids(runtimes[name], [timed[i] for i in rows])
                     fastest[name][b] = min(fastest[name][b], time.perf_counter() - began)
         best = {name: sum(times) for name, times in fastest.items()}
         first = next(iter(best.values()))

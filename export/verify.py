@@ -34,7 +34,7 @@ def unpad(src: np.ndarray, pad: int) -> list[list[int]]:
     return [[int(t) for t in row if t != pad] for row in src]
 
 
-def decode(rt: Runtime, sources: Sequence[Sequence[int]], options: DecodeOptions | None = None,
+def decode_ids(rt: Runtime, sources: Sequence[Sequence[int]], options: DecodeOptions | None = None,
            max_len: int | None = None) -> list[list[Hypothesis]]:
     """Decode sources (tag + pieces + eos each) in one batch; n-best lists in input order."""
     options = options or DecodeOptions()
@@ -84,7 +84,7 @@ def parity(rt: Runtime, model, src: np.ndarray, beam_size: int = 4) -> Parity:
     sources = unpad(src, pad)
     limits = [default_max_len(len(s), rt.package.max_target_tokens) for s in sources]  # the server's, both sides
     ref = greedy_search(model, src_t, max_len=limits)
-    got = [nb[0] for nb in decode(rt, sources)]
+    got = [nb[0] for nb in decode_ids(rt, sources)]
     equal = sum(r.tokens == g.tokens for r, g in zip(ref, got))
     width = max(len(h.tokens) for h in ref) + 1
     prefix = np.full((src.shape[0], width), pad, dtype=np.int64)
@@ -97,7 +97,7 @@ def parity(rt: Runtime, model, src: np.ndarray, beam_size: int = 4) -> Parity:
     beam_equal = None
     if beam_size > 1:
         ref_b = beam_search(model, src_t, beam_size=beam_size, n_best=beam_size, max_len=limits)
-        got_b = decode(rt, sources, DecodeOptions(beam_size=beam_size, n_best=beam_size))
+        got_b = decode_ids(rt, sources, DecodeOptions(beam_size=beam_size, n_best=beam_size))
         beam_equal = sum([h.tokens for h in r] == [h.tokens for h in g] for r, g in zip(ref_b, got_b))
     return Parity(src.shape[0], equal, worst, beam_equal)
 
@@ -113,7 +113,7 @@ def translate_onnx(rt: Runtime, tokenizer, texts: Sequence[str], target_lang: st
     options = DecodeOptions(beam_size=beam_size)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        for i, nbest in zip(idx, decode(rt, [encoded[i][0] for i in idx], options)):
+        for i, nbest in zip(idx, decode_ids(rt, [encoded[i][0] for i in idx], options)):
             out[i] = tokenizer.decode_restored(nbest[0].tokens, encoded[i][1])
     return out
 

@@ -18,7 +18,7 @@ from engine.decoding import DecodeOptions
 from engine.package import Manifest, ModelPackage, PackageError, write_manifest
 from engine.runtime import Runtime
 from export.onnx_export import export_checkpoint
-from export.verify import cpu_runtime, decode, parity, step_log_probs, unpad
+from export.verify import cpu_runtime, decode_ids, parity, step_log_probs, unpad
 from training import checkpoint as ckpt_io
 from training.data import pad
 
@@ -147,8 +147,8 @@ def test_int8_and_fp16_variants_decode(tiny_package, tiny_checkpoint):
     assert package.variants == ("fp32", "int8", "fp16")
     src = sources(tiny_checkpoint)
     rows = unpad(src, 0)
-    ref = [nb[0] for nb in decode(cpu_runtime(package, "fp32"), rows)]
-    got = {v: [nb[0] for nb in decode(cpu_runtime(package, v), rows)] for v in ("int8", "fp16")}
+    ref = [nb[0] for nb in decode_ids(cpu_runtime(package, "fp32"), rows)]
+    got = {v: [nb[0] for nb in decode_ids(cpu_runtime(package, v), rows)] for v in ("int8", "fp16")}
     assert all(len(g) == len(ref) and all(h.tokens for h in g) for g in got.values())
     # The variants stay close to fp32. fp16: most rows decode to the same tokens. int8 is held
     # to its log-probabilities along fp32's outputs instead: this tiny model's outputs loop, and
@@ -164,7 +164,7 @@ def test_int8_and_fp16_variants_decode(tiny_package, tiny_checkpoint):
     error = np.mean([np.abs(int8_lp[i, :n] - fp32_lp[i, :n]).mean() for i, n in enumerate(steps)])
     assert error < 0.1, f"int8 mean |log p - fp32 log p| {error:.3f} along fp32's outputs"
     assert (tiny_package / "decoder.int8.onnx").stat().st_size < (tiny_package / "decoder.onnx").stat().st_size
-    nbest = decode(cpu_runtime(package, "fp32"), rows, DecodeOptions(beam_size=3, n_best=3))
+    nbest = decode_ids(cpu_runtime(package, "fp32"), rows, DecodeOptions(beam_size=3, n_best=3))
     assert all(len(n) == 3 and n[0].score >= n[1].score >= n[2].score for n in nbest)
 
 
@@ -376,7 +376,7 @@ def test_greedy_loop_matches_reference_on_a_batch(tiny_package, tiny_checkpoint)
     model, _, _ = ckpt_io.load_model(tiny_checkpoint)
     src = sources(tiny_checkpoint)
     ref = greedy_search(model, torch.from_numpy(src), max_len=12, min_len=12)
-    got = [nb[0] for nb in decode(cpu_runtime(ModelPackage.load(tiny_package)), unpad(src, 0),
+    got = [nb[0] for nb in decode_ids(cpu_runtime(ModelPackage.load(tiny_package)), unpad(src, 0),
                                   DecodeOptions(min_len=12), max_len=12)]
     assert [h.tokens for h in got] == [h.tokens for h in ref]
     assert all(len(h.tokens) == 12 for h in got)
