@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cli import parse_direction
 from engine.decoding import DecodeOptions
 from engine.package import ModelPackage
 from export.verify import cpu_runtime, decode_ids, unpad
@@ -43,7 +44,7 @@ def run(checkpoint: str, package: str, tokens: int, sentences: int, batch_sizes:
         texts = [p.src for p in load_pairs(cfg.data, "test") if p.direction == direction]
     if not texts:
         raise SystemExit(f"no sentences: the checkpoint's data has no test split for {direction}; pass --source-file")
-    target = direction.split("-")[1]
+    target = parse_direction(direction)[1]
     encoded = [tok.encode_source(t, target) for t in texts[:sentences]]
     engines = {
         "pytorch, no cache": lambda src: greedy_search(model, torch.from_numpy(src), tokens, tokens, use_cache=False),

@@ -40,7 +40,16 @@ from pathlib import Path
 
 import sacrebleu
 
-from cli import EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, check_output_file, exit_status_help, fail
+from cli import (
+    EXIT_OK,
+    EXIT_USAGE,
+    ArgumentParser,
+    UsageError,
+    check_output_file,
+    exit_status_help,
+    fail,
+    parse_direction,
+)
 from corpus.bible import Pair
 
 PROG = "python -m bench.modern_eval"
@@ -167,7 +176,7 @@ def evaluate(sets: Mapping[tuple[str, str], Sequence[Pair]], systems: Sequence[S
     """Every system on every set it serves: scores, seconds and outputs (the ``--json`` layout)."""
     results = []
     for (split, direction), pairs in sets.items():
-        src_lang, tgt_lang = direction.split("-")
+        src_lang, tgt_lang = parse_direction(direction)
         sources, references = [p.src for p in pairs], [p.tgt for p in pairs]
         scores: dict[str, dict] = {}
         outputs: dict[str, list[str]] = {}

@@ -100,7 +100,8 @@ class Batch:
 
 
 def load_items(args: argparse.Namespace, data_cfg: Any, tokenizer: Any) -> list[Item]:
-    from training.data import load_pairs, parse_direction
+    from cli import parse_direction
+    from training.data import load_pairs
 
     raw: list[tuple[str, str, str, str | None]] = []
     if args.file:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import sacrebleu
 
+from cli import parse_direction
 from engine.package import ModelPackage
 from export.verify import cpu_runtime, translate_onnx
-from training.data import parse_direction
 from training.tokenizer import Tokenizer
 
 DATA = Path(__file__).resolve().parent / "data" / "modern.tsv"

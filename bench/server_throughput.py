@@ -18,6 +18,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from bench.server_load import Request, ServerProcess, run_load
+from cli import parse_direction
 from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
 from export.verify import decode_ids
@@ -37,7 +38,7 @@ def load_sentences(package: ModelPackage, pair: str, n: int, source_file: Path |
 def offline(package: ModelPackage, pair: str, sentences: list[str], threads: int, rows: int) -> float:
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads))
     sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
-    tag = package.language_tags[pair.split("-")[1]]
+    tag = package.language_tags[parse_direction(pair)[1]]
     srcs = sorted(([tag, *sp.encode(s), package.special_ids["eos"]] for s in sentences), key=len)
     decode_ids(rt, srcs[:rows])  # warm-up
     start = time.perf_counter()
@@ -47,7 +48,7 @@ def offline(package: ModelPackage, pair: str, sentences: list[str], threads: int
 
 
 def clients(address: str, pair: str, sentences: list[str], concurrency: int) -> tuple[float, list[float]]:
-    src, tgt = pair.split("-")
+    src, tgt = parse_direction(pair)
     result = run_load(address, [Request([text], src, tgt) for text in sentences], concurrency)
     return len(sentences) / result.seconds, sorted(result.latencies)
 

@@ -90,9 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = p.parse_args(argv)
 
+    from cli import parse_direction
     from training import checkpoint as ckpt_io
     from training.config import RunConfig
-    from training.data import load_pairs, parse_direction
+    from training.data import load_pairs
     from training.evaluate import score
 
     ckpt = ckpt_io.load(ckpt_io.resolve(args.checkpoint))

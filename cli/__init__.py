@@ -169,6 +169,15 @@ def language(code: str) -> str:
     return code.strip().lower()
 
 
+def parse_direction(direction: str) -> tuple[str, str]:
+    """A language pair ("en-de", also the "en-de" of a model's pairs) as (source, target);
+    UsageError for anything else."""
+    parts = direction.split("-")
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise UsageError(f"direction {direction!r} must look like 'en-de'")
+    return parts[0], parts[1]
+
+
 def options_without_help(parser: argparse.ArgumentParser) -> list[str]:
     """Options whose --help shows no text or no default (for the tests that keep help complete)."""
     formatter = parser.formatter_class(prog=parser.prog)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from cli import UsageError
+from cli import UsageError, parse_direction
 
 DEV_BOOK, TEST_BOOK = 41, 43  # Mark, John
 SPLITS = ("train", "dev", "test")
@@ -66,13 +66,6 @@ def load_bible(code: str, db: Path | None = None) -> dict[VerseKey, str]:
 def split_of(key: VerseKey) -> str:
     book = key[0]
     return "dev" if book == DEV_BOOK else "test" if book == TEST_BOOK else "train"
-
-
-def parse_direction(direction: str) -> tuple[str, str]:
-    parts = direction.split("-")
-    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise UsageError(f"direction {direction!r} must look like 'en-de'")
-    return parts[0], parts[1]
 
 
 @dataclass(frozen=True)

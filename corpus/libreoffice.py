@@ -26,9 +26,9 @@ from collections.abc import Iterable, Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 
-from cli import UsageError
+from cli import UsageError, parse_direction
 from corpus import debian
-from corpus.bible import Pair, parse_direction
+from corpus.bible import Pair
 
 LANGUAGES = ("de", "fr", "es")  # besides English
 HELP_PACKAGE = {"en": "libreoffice-help-en-us", **{lang: f"libreoffice-help-{lang}" for lang in LANGUAGES}}

@@ -27,14 +27,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, exit_status_help, fail
+from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, exit_status_help, fail, parse_direction
 from engine import contract
 from engine.defaults import SPECIAL_IDS
 from engine.package import Dimensions, Manifest, ModelPackage, write_manifest
 from export.examples import example_inputs
 from training import checkpoint as ckpt_io
 from training.config import EOS_ID, PAD_ID, RunConfig
-from training.data import parse_direction
 from training.model import Transformer
 from training.tokenizer import Tokenizer
 

@@ -50,7 +50,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cli import language
+from cli import language, parse_direction
 from gateway.alignment import aligned_placement, translation_alignments
 from gateway.config import GatewayConfig
 from gateway.html_text import HtmlText
@@ -478,7 +478,7 @@ class Gateway:
     async def _no_auto(self, deadline: Deadline) -> str:
         message = "source 'auto' (language detection) is not supported"
         try:
-            sources = sorted({pair.split("-")[0] for m in await self.up.models(deadline, MODELS_TTL)
+            sources = sorted({parse_direction(pair)[0] for m in await self.up.models(deadline, MODELS_TTL)
                               for pair in m.pairs})
         except GatewayError:
             return f"{message}; give the source language's code"
@@ -489,7 +489,7 @@ class Gateway:
         targets: dict[str, set[str]] = {}
         for m in models:
             for pair in m.pairs:
-                source, _, target = pair.partition("-")
+                source, target = parse_direction(pair)
                 targets.setdefault(source, set()).add(target)
         return JSONResponse([{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(targets[code])}
                              for code in sorted(targets)])

@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
-from cli import EXIT_FAILED, EXIT_USAGE
+from cli import EXIT_FAILED, EXIT_USAGE, parse_direction
 from engine.decoding import DecodeOptions, Job, StopReason, decode_all
 from engine.defaults import default_max_len
 from engine.package import ModelPackage, PackageError
@@ -110,7 +110,7 @@ def warm_up(model: LoadedModel) -> None:
     package, special = model.package, model.package.special_ids
     ended = []
     for pair in package.pairs:
-        tag = package.language_tags[pair.split("-")[1]]
+        tag = package.language_tags[parse_direction(pair)[1]]
         src = [tag, *model.tokenizer.encode(WARM_UP_TEXT), special["eos"]]
         ids = {"bos": special["bos"], "eos": special["eos"], "pad": special["pad"]}
         for beam, max_len in ((1, 4), (2, 4), (1, default_max_len(len(src), package.max_target_tokens))):

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from corpus.bible import bible_pairs, parse_direction
+from cli import parse_direction
+from corpus.bible import bible_pairs
 from nmt.v1 import translator_pb2 as pb
 from tests.server_harness import ServerThread
 from training.config import RunConfig

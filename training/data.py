@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli import UsageError, check_input_file
+from cli import UsageError, check_input_file, parse_direction
 from corpus import bible, libreoffice
 from corpus.bible import (  # noqa: F401 (re-exported: training, export and tests import them from here)
     BIBLE_VERSIONS,
@@ -26,7 +26,6 @@ from corpus.bible import (  # noqa: F401 (re-exported: training, export and test
     bible_db_path,
     clean,
     load_bible,
-    parse_direction,
     split_of,
 )
 from engine import placeholders
