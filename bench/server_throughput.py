@@ -38,8 +38,8 @@ def load_sentences(package: ModelPackage, pair: str, n: int, source_file: Path |
 def offline(package: ModelPackage, pair: str, sentences: list[str], threads: int, rows: int) -> float:
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads))
     sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
-    tag = package.language_tags[parse_direction(pair)[1]]
-    srcs = sorted(([tag, *sp.encode(s), package.special_ids["eos"]] for s in sentences), key=len)
+    target = parse_direction(pair)[1]
+    srcs = sorted((package.source_ids(sp.encode(s), target) for s in sentences), key=len)
     decode_ids(rt, srcs[:rows])  # warm-up
     start = time.perf_counter()
     for i in range(0, len(srcs), rows):

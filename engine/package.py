@@ -129,6 +129,10 @@ class ModelPackage(Manifest):
     def supports(self, source: str, target: str) -> bool:
         return f"{source}-{target}" in self.pairs
 
+    def source_ids(self, pieces: list[int], target: str) -> list[int]:
+        """What the encoder reads: the target language's tag, the source's pieces, eos."""
+        return [self.language_tags[target], *pieces, self.special_ids["eos"]]
+
     @classmethod
     def load(cls, path: str | Path, verify_hashes: bool = True) -> ModelPackage:
         """Read and validate a package; raises PackageError naming every mismatch."""

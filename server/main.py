@@ -110,8 +110,7 @@ def warm_up(model: LoadedModel) -> None:
     package, special = model.package, model.package.special_ids
     ended = []
     for pair in package.pairs:
-        tag = package.language_tags[parse_direction(pair)[1]]
-        src = [tag, *model.tokenizer.encode(WARM_UP_TEXT), special["eos"]]
+        src = package.source_ids(model.tokenizer.encode(WARM_UP_TEXT), parse_direction(pair)[1])
         ids = {"bos": special["bos"], "eos": special["eos"], "pad": special["pad"]}
         for beam, max_len in ((1, 4), (2, 4), (1, default_max_len(len(src), package.max_target_tokens))):
             try:

@@ -356,7 +356,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             plan = []
             for j, (start, end) in enumerate(text_spans):
                 protected = model.protector.protect(text[start:end])  # the text itself when protection is off
-                ids = [model.package.language_tags[target], *sp.encode(protected.text), special["eos"]]
+                ids = model.package.source_ids(sp.encode(protected.text), target)
                 if len(ids) > max_tokens:
                     where = f"texts[{i}]" if len(text_spans) == 1 else \
                         f"texts[{i}], sentence {j + 1} of {len(text_spans)} {shown(text[start:end])}"

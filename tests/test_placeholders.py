@@ -143,7 +143,7 @@ def reference(package_dir, text: str, tgt: str = "de", protect: bool = True) -> 
     sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
     p = Protector.for_pieces(sp.piece_to_id, sp.unk_id()).protect(text) if protect else Protected(text, ())
     ids = package.special_ids
-    src = [package.language_tags[tgt], *sp.encode(p.text), ids["eos"]]
+    src = package.source_ids(sp.encode(p.text), tgt)
     cap = min(ServerConfig().max_output_tokens, package.max_target_tokens)
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=1))
     [[hyp]] = decode_all(rt, [Job(src, DecodeOptions(), max_len=default_max_len(len(src), cap), bos=ids["bos"],

@@ -48,7 +48,7 @@ def alone(tiny_package):
 
     def sentence(text: str, tgt: str) -> str:
         p = protector.protect(text)
-        src = [package.language_tags[tgt], *sp.encode(p.text), 3]
+        src = package.source_ids(sp.encode(p.text), tgt)
         [[hyp]] = decode_all(rt, [Job(src, DecodeOptions(), max_len=default_max_len(len(src), 255),
                                       bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)])
         return restore(sp.decode(hyp.tokens), p.originals)
