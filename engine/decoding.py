@@ -270,7 +270,7 @@ class Batch:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.jobs: list[Job] = []
-        self.slots: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
+        self.rows_of: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
         self.n = 0  # rows in use: 0 .. n-1
         self._alloc(0, 0, 0)
 
@@ -356,7 +356,7 @@ class Batch:
             self.src_mask[rows, :s] = src_mask[per_job]
             self.past_mask[rows] = False  # the new rows see none of the cache before them
             for job, first in zip(jobs, np.cumsum([n, *ks[:-1]])):
-                self.slots[job.id] = np.arange(first, first + job.k)
+                self.rows_of[job.id] = np.arange(first, first + job.k)
             self.n += sum(ks)
             self.jobs.extend(jobs)
 
@@ -365,7 +365,7 @@ class Batch:
         if not leaving:
             return
         self.jobs = [j for j in self.jobs if j.id not in leaving]
-        holes = np.sort(np.concatenate([self.slots.pop(jid) for jid in leaving]))
+        holes = np.sort(np.concatenate([self.rows_of.pop(jid) for jid in leaving]))
         n = self.n - len(holes)
         targets = holes[holes < n]  # rows below the new end that must be refilled
         left = set(holes.tolist())
@@ -375,9 +375,9 @@ class Batch:
                 buf[targets] = buf[sources]
             moved = dict(zip(sources.tolist(), targets.tolist()))
             for j in self.jobs:
-                rows = self.slots[j.id]
+                rows = self.rows_of[j.id]
                 if rows.max() >= n:
-                    self.slots[j.id] = np.array([moved.get(int(r), int(r)) for r in rows])
+                    self.rows_of[j.id] = np.array([moved.get(int(r), int(r)) for r in rows])
         self.n = n
         if not self.jobs:
             self._alloc(0, 0, 0)  # idle: give the memory back
@@ -408,7 +408,7 @@ class Batch:
         """One decoder step for every row; returns the jobs that finished."""
         n = self.n
         slot = self._free_slot()
-        input_ids, positions = row_inputs(self.jobs, self.slots, n)
+        input_ids, positions = row_inputs(self.jobs, self.rows_of, n)
         log_probs, new_k, new_v, attention = self.rt.step(
             input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n] for c in self.cross_k],
             [c[:n] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v])
@@ -418,14 +418,14 @@ class Batch:
             buf[:n, :, slot] = new[:, :, 0]
         self.past_mask[:n, slot] = True
         logp = log_probs.astype(np.float32, copy=False)
-        early = [self.slots[j.id] for j in self.jobs if j.step < j.options.min_len]
+        early = [self.rows_of[j.id] for j in self.jobs if j.step < j.options.min_len]
         if early:  # no eos before a job's min_len
             logp[np.concatenate(early), self.jobs[0].eos] = NEG_INF
         if any(j.k == 1 for j in self.jobs):  # one argmax for every greedy row
             best = logp.argmax(axis=1)
             best_logp = logp[np.arange(n), best]
         finished, copy_to, copy_from = advance_jobs(
-            self.jobs, self.slots, attention, lambda row: (int(best[row]), best_logp[row]),
+            self.jobs, self.rows_of, attention, lambda row: (int(best[row]), best_logp[row]),
             lambda job, rows, attn: job.advance(logp[rows], attn))
         if copy_to:
             # Beams re-ranked: a parent's second child takes a copy of its self-attention
@@ -439,7 +439,7 @@ class Batch:
 
     def probe(self, job: Job) -> bool:
         """Run one job's rows alone through the decoder, changing nothing: does it succeed?"""
-        rows = self.slots[job.id]
+        rows = self.rows_of[job.id]
         try:
             self.rt.step(job.last[:, None], np.full((job.k, 1), job.step, dtype=np.int64), self.past_mask[rows],
                          self.src_mask[rows], [c[rows] for c in self.cross_k], [c[rows] for c in self.cross_v],
@@ -471,7 +471,7 @@ class ResidentBatch:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.jobs: list[Job] = []
-        self.slots: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
+        self.rows_of: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
         self.n = 0
         n_layers = runtime.n_layers
         self._host_step_inputs = 8  # input_ids .. top_k: contract.step_inputs before the per-layer values
@@ -542,7 +542,7 @@ class ResidentBatch:
             first = self.n
             self._rebuild(np.arange(self.n), group)
             for job, start in zip(group.jobs, np.cumsum([first, *[j.k for j in group.jobs][:-1]])):
-                self.slots[job.id] = np.arange(start, start + job.k)
+                self.rows_of[job.id] = np.arange(start, start + job.k)
             self.jobs.extend(group.jobs)
 
     def remove(self, leaving: set[int]) -> None:
@@ -550,18 +550,18 @@ class ResidentBatch:
         if not leaving:
             return
         for jid in leaving:
-            self.slots.pop(jid)
+            self.rows_of.pop(jid)
         self.jobs = [j for j in self.jobs if j.id not in leaving]
         if not self.jobs:
             self.n = 0
             self._empty()  # idle: give the device memory back
             return
-        kept = np.concatenate([self.slots[j.id] for j in self.jobs])
+        kept = np.concatenate([self.rows_of[j.id] for j in self.jobs])
         moved = np.empty(self.n, dtype=np.int64)
         moved[kept] = np.arange(len(kept))
         self._rebuild(kept, None)
         for j in self.jobs:
-            self.slots[j.id] = moved[self.slots[j.id]]
+            self.rows_of[j.id] = moved[self.rows_of[j.id]]
 
     def _run(self, rows: np.ndarray | slice, values: tuple, reorder: np.ndarray, input_ids: np.ndarray,
              positions: np.ndarray, scores: np.ndarray, ban: np.ndarray, k: int, to_host: tuple[str, ...]) -> list:
@@ -575,14 +575,14 @@ class ResidentBatch:
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
         n, rt = self.n, self.rt
-        input_ids, positions = row_inputs(self.jobs, self.slots, n)
+        input_ids, positions = row_inputs(self.jobs, self.rows_of, n)
         scores = np.zeros(n, dtype=np.float32)  # greedy rows: the candidates are the log-probabilities
         ban = np.zeros(n, dtype=bool)
         for j in self.jobs:
             if j.k > 1:
-                scores[self.slots[j.id]] = j.scores
+                scores[self.rows_of[j.id]] = j.scores
             if j.step < j.options.min_len:  # no eos before a job's min_len
-                ban[self.slots[j.id]] = True
+                ban[self.rows_of[j.id]] = True
         k = min(max(1 if j.k == 1 else 2 * j.k for j in self.jobs), rt.package.dims.vocab_size)
         attention = any(j.options.attention for j in self.jobs)
         to_host = (contract.TOP_VALUES, contract.TOP_IDS) + ((contract.CROSS_ATTENTION,) if attention else ())
@@ -594,7 +594,7 @@ class ResidentBatch:
         self.past_mask = np.concatenate([self.past_mask, np.ones((n, 1), dtype=bool)], axis=1)
         self.reorder = np.arange(n, dtype=np.int64)
         finished, copy_to, copy_from = advance_jobs(
-            self.jobs, self.slots, out[2].numpy() if attention else None,
+            self.jobs, self.rows_of, out[2].numpy() if attention else None,
             lambda row: (int(ids[row, 0]), values[row, 0]),
             lambda job, rows, attn: job.advance_top(values[rows], ids[rows], attn))
         if copy_to:  # a parent's second child continues its parent's cache: the next step gathers it
@@ -604,7 +604,7 @@ class ResidentBatch:
 
     def probe(self, job: Job) -> bool:
         """Run one job's rows alone through the step graph, changing nothing: does it succeed?"""
-        rows = self.slots[job.id]
+        rows = self.rows_of[job.id]
         try:
             # The job's own buffers (its rows, the pending reorder applied), then one step on them.
             values = self.rt.run_rows({contract.CACHE_ROWS: self.reorder[rows],
@@ -626,9 +626,9 @@ def new_batch(runtime: Runtime) -> Batch | ResidentBatch:
     return ResidentBatch(runtime) if runtime.resident else Batch(runtime)
 
 
-def row_inputs(jobs: list[Job], slots: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+def row_inputs(jobs: list[Job], rows_of: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """Each of the ``n`` rows' last token and its position, (n, 1) each."""
-    rows = np.concatenate([slots[j.id] for j in jobs])
+    rows = np.concatenate([rows_of[j.id] for j in jobs])
     input_ids = np.empty((n, 1), dtype=np.int64)
     positions = np.empty((n, 1), dtype=np.int64)
     input_ids[rows, 0] = np.concatenate([j.last for j in jobs])
@@ -636,25 +636,25 @@ def row_inputs(jobs: list[Job], slots: dict[int, np.ndarray], n: int) -> tuple[n
     return input_ids, positions
 
 
-def advance_jobs(jobs: list[Job], slots: dict[int, np.ndarray], attention: np.ndarray | None,
+def advance_jobs(jobs: list[Job], rows_of: dict[int, np.ndarray], attention: np.ndarray | None,
                  greedy: Callable[[int], tuple[int, np.float32]],
                  beam: Callable[[Job, np.ndarray, np.ndarray | None], np.ndarray]
                  ) -> tuple[list[Job], list[int], list[int]]:
     """Every job's search step once the batch has run the decoder: ``greedy(row)`` gives a
     greedy row's token and log-probability, ``beam(job, rows, attention)`` advances a beam
-    job and returns its parents. Beam jobs' rows are re-assigned in ``slots``; returns the
+    job and returns its parents. Beam jobs' rows are re-assigned in ``rows_of``; returns the
     jobs that finished and the rows whose caches must be copied (destination, source)."""
     finished: list[Job] = []
     copy_to: list[int] = []  # beam rows that take another row's cache
     copy_from: list[int] = []
     for job in jobs:
-        rows = slots[job.id]
+        rows = rows_of[job.id]
         attn = attention[rows, : len(job.src)].astype(np.float32) if job.options.attention else None
         if job.k == 1:
             job.advance_greedy(*greedy(int(rows[0])), attn)
         else:
             parents = beam(job, rows, attn)
-            slots[job.id], to, of = beam_rows(rows, parents, job.scores > NEG_INF)
+            rows_of[job.id], to, of = beam_rows(rows, parents, job.scores > NEG_INF)
             copy_to += to
             copy_from += of
         if job.done:

@@ -107,7 +107,7 @@ def test_staggered_joins_mixed_greedy_and_beam_give_the_solo_results(setup):
         batch.remove({j.id for j in batch.step()})
         steps += 1
         # Rows stay dense (each job owns distinct rows below n) ...
-        owned = np.concatenate([batch.slots[j.id] for j in batch.jobs]) if batch.jobs else np.zeros(0)
+        owned = np.concatenate([batch.rows_of[j.id] for j in batch.jobs]) if batch.jobs else np.zeros(0)
         assert batch.n == len(owned) == len(set(owned.tolist())) and (owned < batch.n).all()
         # ... and the cache holds no more slots than the oldest live job is old, plus growth room.
         oldest = max((steps - joined[j.id] for j in batch.jobs), default=0)
