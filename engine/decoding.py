@@ -37,8 +37,7 @@ class DecodeOptions:
     beam_size: int = 1
     n_best: int = 1
     alpha: float = LENGTH_PENALTY  # GNMT length penalty ((5 + |Y|) / 6) ^ alpha, beam search only
-    max_len: int = 0  # 0: default_max_len
-    min_len: int = 0
+    min_len: int = 0  # (the output-length bound is each Job's max_len)
     attention: bool = False
 
 

@@ -36,7 +36,7 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.config import ServerConfig, flag, parse_args
 from server.metrics import Metrics
 from server.scheduler import Scheduler, SchedulerLimits
-from server.service import LoadedModel, TranslatorService, tolerant
+from server.service import LoadedModel, RequestLimits, TranslatorService, tolerant
 
 log = logging.getLogger("nmt.server")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Translator"].full_name  # "nmt.v1.Translator"
@@ -86,7 +86,7 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
             raise StartupError(f"model {name} ({package.path}) does not load: {first_line(e)}") from None
         limits = SchedulerLimits(cfg.max_batch_rows, cfg.max_tokens_in_flight, cfg.max_queue)
         scheduler = Scheduler(runtime, limits, metrics, name)
-        models[name] = LoadedModel(name, package, tokenizer, scheduler)
+        models[name] = LoadedModel(name, package, tokenizer, scheduler, RequestLimits.of(cfg, package))
         models[name].longest_piece_bytes  # noqa: B018  (computed once, before requests need it)
         protected = models[name].protector.enabled  # one Protector per model, built with its tokenizer
         metrics.model_device.labels(name, runtime.device, runtime.variant, str(runtime.resident).lower()).set(1)

@@ -97,12 +97,35 @@ class RequestError(Exception):
         self.code, self.message = code, message
 
 
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request to one model may ask for: the server's flags within what the model's
+    package allows, computed once per model (``of``) and used by every check and by ListModels.
+    "Per sentence" limits apply to each sentence a text is split into."""
+
+    texts: int  # per request
+    chars_per_text: int
+    tokens_per_sentence: int  # source tokens, tag and eos included
+    output_tokens: int  # per sentence
+    beam: int
+    sentences: int  # per request, after splitting
+    tokens: int  # source tokens per request, after splitting
+
+    @classmethod
+    def of(cls, cfg: ServerConfig, package: ModelPackage) -> RequestLimits:
+        per_sentence = min(cfg.max_tokens, package.max_source_tokens)
+        return cls(texts=cfg.max_texts, chars_per_text=cfg.max_chars, tokens_per_sentence=per_sentence,
+                   output_tokens=min(cfg.max_output_tokens, package.max_target_tokens), beam=cfg.max_beam,
+                   sentences=cfg.sentences_per_request, tokens=cfg.max_texts * per_sentence)
+
+
 @dataclass
 class LoadedModel:
     name: str
     package: ModelPackage
     tokenizer: spm.SentencePieceProcessor
     scheduler: Scheduler
+    limits: RequestLimits
 
     @functools.cached_property
     def longest_piece_bytes(self) -> int:
@@ -117,13 +140,6 @@ class LoadedModel:
         (older packages, models/default among them, are served as before)."""
         return Protector.for_pieces(self.tokenizer.piece_to_id, self.tokenizer.unk_id())
 
-    @property
-    def max_source_tokens(self) -> int:
-        return self.package.max_source_tokens
-
-    @property
-    def max_target_tokens(self) -> int:
-        return self.package.max_target_tokens
 
 
 class TranslatorService(pb_grpc.TranslatorServicer):
@@ -256,14 +272,13 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
         out = pb.ListModelsResponse()
         for m in self.models.values():
-            sentences, tokens = self.request_limits(m)
+            limits = m.limits
             out.models.append(pb.ModelInfo(
                 name=m.name, pairs=list(m.package.pairs), device=m.scheduler.rt.device, variant=m.scheduler.rt.variant,
-                max_texts_per_request=self.cfg.max_texts, max_chars_per_text=self.cfg.max_chars,
-                max_tokens_per_text=min(self.cfg.max_tokens, m.max_source_tokens), max_beam_size=self.cfg.max_beam,
-                max_output_tokens=min(self.cfg.max_output_tokens, m.max_target_tokens),
-                max_sentences_per_request=sentences, max_tokens_per_request=tokens,
-                device_resident=m.scheduler.rt.resident))
+                max_texts_per_request=limits.texts, max_chars_per_text=limits.chars_per_text,
+                max_tokens_per_text=limits.tokens_per_sentence, max_beam_size=limits.beam,
+                max_output_tokens=limits.output_tokens, max_sentences_per_request=limits.sentences,
+                max_tokens_per_request=limits.tokens, device_resident=m.scheduler.rt.resident))
         self._observe("ListModels", grpc.StatusCode.OK, start)
         return out
 
@@ -277,15 +292,15 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                                f"language pair {shown(pair)} is not supported by model {model.name!r}; "
                                f"supported: {', '.join(model.package.pairs)}")
         n = len(request.texts)
-        if n > self.cfg.max_texts:
+        if n > model.limits.texts:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"texts: {n} texts in one request; the limit is {self.cfg.max_texts}")
-        options, max_out = self._options(request.options, model)
+                               f"texts: {n} texts in one request; the limit is {model.limits.texts}")
+        options, fixed_max_len = self._options(request.options, model)
         response = pb.TranslateResponse(model=model.name, request_id=request.request_id)
         if n == 0:
             return response
         self.metrics.texts.labels(model.name).inc(n)
-        plans = self._segments(request, model, source, target, options, max_out)
+        plans = self._segments(request, model, source, target, options, fixed_max_len)
         self._check_response_fits(model, request, plans)
         jobs = [x.job for p in plans for x in p]
         tickets: list[Ticket] = []
@@ -325,31 +340,28 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             translation.hypotheses.extend(whole_text(text, translation.segments))
         return response
 
-    def request_limits(self, model: LoadedModel) -> tuple[int, int]:
-        """(sentences, source tokens) one request may carry in all, after splitting."""
-        return (self.cfg.sentences_per_request,
-                self.cfg.max_texts * min(self.cfg.max_tokens, model.max_source_tokens))
-
     def _segments(self, request: pb.TranslateRequest, model: LoadedModel, source: str, target: str,
-                   options: DecodeOptions, max_out: int) -> list[list[Segment]]:
+                   options: DecodeOptions, fixed_max_len: int | None) -> list[list[Segment]]:
         """Every text's sentences with their jobs (none for a blank text: it comes back as it is,
         without touching the model), checked against the limits: characters per text, tokens
-        per sentence, sentences and tokens per request."""
+        per sentence, sentences and tokens per request. Each job's output bound is
+        ``fixed_max_len`` (the caller's options.max_output_tokens), else the default rule for
+        its length within the model's limit."""
+        limits = model.limits
         split = not request.options.no_sentence_split
         spans: list[list[segment.Span]] = []
         for i, text in enumerate(request.texts):
-            if len(text) > self.cfg.max_chars:
+            if len(text) > limits.chars_per_text:
                 raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"texts[{i}]: {len(text)} characters; the limit is {self.cfg.max_chars}")
+                                   f"texts[{i}]: {len(text)} characters; the limit is {limits.chars_per_text}")
             spans.append(segment.split_sentences(text, source) if split else segment.whole(text))
-        max_sentences, max_request_tokens = self.request_limits(model)
         count = sum(len(s) for s in spans)
-        if count > max_sentences:
+        if count > limits.sentences:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"texts: {count} sentences in one request; the limit is {max_sentences}")
+                               f"texts: {count} sentences in one request; the limit is {limits.sentences}")
         sp = model.tokenizer
         special = model.package.special_ids
-        max_tokens = min(self.cfg.max_tokens, model.max_source_tokens)
+        max_tokens = limits.tokens_per_sentence
         plans: list[list[Segment]] = []
         total = 0
         for i, (text, text_spans) in enumerate(zip(request.texts, spans)):
@@ -363,14 +375,14 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                     raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                        f"{where}: {len(ids)} tokens; the limit is {max_tokens}")
                 total += len(ids)
-                limit = max_out if request.options.max_output_tokens else default_max_len(len(ids), max_out)
+                limit = fixed_max_len or default_max_len(len(ids), limits.output_tokens)
                 plan.append(Segment((start, end), Job(ids, options, max_len=limit, bos=special["bos"],
                                                       eos=special["eos"], pad=special["pad"]), protected.originals))
             plans.append(plan)
-        if total > max_request_tokens:
+        if total > limits.tokens:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"texts: {total} source tokens in {count} sentences in one request; the limit is "
-                               f"{max_request_tokens} (max texts x max tokens per text)")
+                               f"{limits.tokens} (max texts x max tokens per text)")
         return plans
 
     def _check_response_fits(self, model: LoadedModel, request: pb.TranslateRequest,
@@ -395,11 +407,14 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                                f"unknown model {shown(name)}; loaded: {', '.join(self.models)}")
         return self.models[name]
 
-    def _options(self, o: pb.DecodingOptions, model: LoadedModel) -> tuple[DecodeOptions, int]:
+    def _options(self, o: pb.DecodingOptions, model: LoadedModel) -> tuple[DecodeOptions, int | None]:
+        """The decoding options of a request, checked, and its fixed output bound (None: the
+        default rule per sentence)."""
+        limits = model.limits
         beam = o.beam_size or 1
-        if beam > self.cfg.max_beam:
+        if beam > limits.beam:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"options.beam_size: {beam}; the limit is {self.cfg.max_beam}")
+                               f"options.beam_size: {beam}; the limit is {limits.beam}")
         n_best = o.num_hypotheses or 1
         if n_best > beam:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -408,12 +423,11 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         if not math.isfinite(alpha) or not 0.0 <= alpha <= 10.0:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"options.length_penalty: {alpha}; it must be between 0 and 10")
-        limit = min(self.cfg.max_output_tokens, model.max_target_tokens)
-        if o.max_output_tokens > limit:
+        if o.max_output_tokens > limits.output_tokens:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"options.max_output_tokens: {o.max_output_tokens}; the limit is {limit}")
+                               f"options.max_output_tokens: {o.max_output_tokens}; the limit is {limits.output_tokens}")
         return DecodeOptions(beam_size=beam, n_best=n_best, alpha=alpha, attention=o.return_attention), \
-            (o.max_output_tokens or limit)
+            (o.max_output_tokens or None)
 
     def _hypothesis(self, model: LoadedModel, x: Segment, hyp: Hypothesis, o: pb.DecodingOptions) -> pb.Hypothesis:
         """One hypothesis of a sentence, its placeholders put back in its text."""

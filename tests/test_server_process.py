@@ -29,9 +29,10 @@ from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server.config import ServerConfig
 from server.main import StartupError, warm_up
 from server.scheduler import Scheduler, SchedulerLimits
-from server.service import LoadedModel
+from server.service import LoadedModel, RequestLimits
 from tests.server_harness import ServerThread, code_and_details, request, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -523,7 +524,8 @@ def test_warm_up_refuses_a_model_that_never_ends(tiny_package):
     runtime = Runtime(good, RuntimeOptions(device="cpu", threads=1))
 
     def model(package: ModelPackage) -> LoadedModel:
-        return LoadedModel("tiny", package, tokenizer, Scheduler(runtime, SchedulerLimits()))
+        return LoadedModel("tiny", package, tokenizer, Scheduler(runtime, SchedulerLimits()),
+                           RequestLimits.of(ServerConfig(), package))
 
     warm_up(model(good))  # the real package: its translations end
     never = dataclasses.replace(good, special_ids={**good.special_ids, "eos": tokenizer.unk_id()})
