@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import heapq
 import json
@@ -151,79 +152,89 @@ class FileTranslator:
 
     async def run(self, lines: list[str], start: int, emit: Callable[[int, Translation | None, Failure | None], None],
                   progress: Progress) -> None:
-        n = len(lines)
-        ready: dict[int, tuple[Translation | None, Failure | None]] = {}
-        next_out = start  # the first line not emitted yet
-        pos = start  # the first line no worker has taken yet
-        singles: list[int] = []  # heap: lines of rejected batches, to send one by one
-        changed = asyncio.Event()  # a line settled or singles grew: waiting workers look again
+        await _Pass(self, lines, start, emit, progress).run()
 
-        def settle(i: int, t: Translation | None, failure: Failure | None = None) -> None:
-            nonlocal next_out
-            ready[i] = (t, failure)
-            while next_out in ready:
-                t, f = ready.pop(next_out)
-                if f:
-                    self.failures.append(f)
-                emit(next_out, t, f)
-                next_out += 1
-                progress.update(done=1)
-            self.most_held = max(self.most_held, len(ready))
-            changed.set()
 
-        def take() -> list[int] | None:
-            """The next lines to send, or None when there is nothing to start now. Lines that
-            need no round trip (blank, or longer than the server takes) settle on the way."""
-            nonlocal pos
-            if singles:
-                return [heapq.heappop(singles)]
-            batch: list[int] = []
-            if pos - next_out >= self.ahead:
-                return None
-            while pos < n and len(batch) < self.batch and pos - next_out < self.ahead + self.batch:
-                i, text = pos, lines[pos]
-                pos += 1
-                if not text.strip():
-                    settle(i, None)
-                elif self.max_chars and len(text) > self.max_chars:
-                    settle(i, None, Failure(i + 1, "INVALID_ARGUMENT",
-                                            f"{len(text)} characters; the limit is {self.max_chars}"))
-                else:
-                    batch.append(i)
-            return batch or None
+class _Pass:
+    """One pass of a FileTranslator over lines[start:]: the lines settled and waiting for an
+    earlier one, where the workers are, and the lines of rejected batches to resend alone."""
 
-        async def send(indices: list[int]) -> None:
-            texts = [lines[i] for i in indices]
-            try:
-                result = await self.client.translate(texts, self.job.source, self.job.target, model=self.job.model,
-                                                     timeout=self.job.timeout, **self.job.options)
-            except TranslationError as e:
-                if e.code != grpc.StatusCode.INVALID_ARGUMENT:
-                    raise
-                if len(indices) == 1:
-                    settle(indices[0], None, Failure(indices[0] + 1, e.code.name, _strip_index(e.details)))
-                else:
-                    for i in indices:
-                        heapq.heappush(singles, i)
-                    changed.set()
-                return
-            if len(result) != len(indices):
-                raise TranslationError(grpc.StatusCode.INTERNAL,
-                                       f"the server answered {len(result)} translations for {len(indices)} texts")
-            progress.update(counted=len(indices))
-            for i, t in zip(indices, result):
-                settle(i, t)
+    def __init__(self, translator: FileTranslator, lines: list[str], start: int,
+                 emit: Callable[[int, Translation | None, Failure | None], None], progress: Progress) -> None:
+        self.t, self.lines, self.emit, self.progress = translator, lines, emit, progress
+        self.ready: dict[int, tuple[Translation | None, Failure | None]] = {}
+        self.next_out = start  # the first line not emitted yet
+        self.pos = start  # the first line no worker has taken yet
+        self.singles: list[int] = []  # heap: lines of rejected batches, to send one by one
+        self.changed = asyncio.Event()  # a line settled or singles grew: waiting workers look again
 
-        async def worker() -> None:
-            while next_out < n:
-                indices = take()
-                if indices:
-                    await send(indices)
-                elif next_out < n:  # everything left is in flight elsewhere, or too far ahead
-                    changed.clear()
-                    await changed.wait()
+    def settle(self, i: int, t: Translation | None, failure: Failure | None = None) -> None:
+        self.ready[i] = (t, failure)
+        while self.next_out in self.ready:
+            t, f = self.ready.pop(self.next_out)
+            if f:
+                self.t.failures.append(f)
+            self.emit(self.next_out, t, f)
+            self.next_out += 1
+            self.progress.update(done=1)
+        self.t.most_held = max(self.t.most_held, len(self.ready))
+        self.changed.set()
 
-        workers = [asyncio.create_task(worker()) for _ in range(self.job.in_flight)]
+    def take(self) -> list[int] | None:
+        """The next lines to send, or None when there is nothing to start now. Lines that
+        need no round trip (blank, or longer than the server takes) settle on the way."""
+        if self.singles:
+            return [heapq.heappop(self.singles)]
+        batch: list[int] = []
+        if self.pos - self.next_out >= self.t.ahead:
+            return None
+        n, limit = len(self.lines), self.t.max_chars
+        while self.pos < n and len(batch) < self.t.batch and self.pos - self.next_out < self.t.ahead + self.t.batch:
+            i, text = self.pos, self.lines[self.pos]
+            self.pos += 1
+            if not text.strip():
+                self.settle(i, None)
+            elif limit and len(text) > limit:
+                too_long = f"{len(text)} characters; the limit is {limit}"
+                self.settle(i, None, Failure(i + 1, "INVALID_ARGUMENT", too_long))
+            else:
+                batch.append(i)
+        return batch or None
+
+    async def send(self, indices: list[int]) -> None:
+        job = self.t.job
+        texts = [self.lines[i] for i in indices]
+        try:
+            result = await self.t.client.translate(texts, job.source, job.target, model=job.model,
+                                                   timeout=job.timeout, **job.options)
+        except TranslationError as e:
+            if e.code != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            if len(indices) == 1:
+                self.settle(indices[0], None, Failure(indices[0] + 1, e.code.name, _strip_index(e.details)))
+            else:
+                for i in indices:
+                    heapq.heappush(self.singles, i)
+                self.changed.set()
+            return
+        if len(result) != len(indices):
+            raise TranslationError(grpc.StatusCode.INTERNAL,
+                                   f"the server answered {len(result)} translations for {len(indices)} texts")
+        self.progress.update(counted=len(indices))
+        for i, t in zip(indices, result):
+            self.settle(i, t)
+
+    async def worker(self) -> None:
+        while self.next_out < len(self.lines):
+            indices = self.take()
+            if indices:
+                await self.send(indices)
+            elif self.next_out < len(self.lines):  # everything left is in flight elsewhere, or too far ahead
+                self.changed.clear()
+                await self.changed.wait()
+
+    async def run(self) -> None:
+        workers = [asyncio.create_task(self.worker()) for _ in range(self.t.job.in_flight)]
         try:
             done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
@@ -343,17 +354,20 @@ def _error_row(x: Failure) -> str:
 
 
 # ---------------------------------------------------------------- commands
-def _model_limits(conn: Connection, job: Job) -> tuple[int, int]:
+def _model_limits(conn: Connection, job: Job, beam_given: bool) -> tuple[Job, int, int]:
     """Reach the server (within FIRST_CONTACT_SECONDS: a wrong address fails in seconds, not
-    after --timeout of retries) and check the pair against what it serves; return (max chars,
-    max texts per request)."""
+    after --timeout of retries) and check the pair against what it serves; return the job (the
+    default beam within the server's largest, unless --beam was given), the most characters
+    per text and texts per request."""
     with TranslatorClient(connection=conn, timeout=job.timeout) as probe:
         models = probe.list_models(timeout=min(job.timeout, FIRST_CONTACT_SECONDS))
     try:
         chosen = served_model(models, job.source, job.target, job.model)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    return chosen.max_chars_per_text, chosen.max_texts_per_request
+    if not beam_given and chosen.max_beam_size:
+        job = dataclasses.replace(job, beam_size=min(job.beam_size, chosen.max_beam_size))
+    return job, chosen.max_chars_per_text, chosen.max_texts_per_request
 
 
 def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
@@ -364,7 +378,7 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
         lines = split_lines(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise UsageError(f"{args.input or 'stdin'} is not UTF-8 text: {e}") from None
-    max_chars, max_texts = _model_limits(conn, job)
+    job, max_chars, max_texts = _model_limits(conn, job, args.beam is not None)
     notice = _retry_notice(job.timeout)
     meta = {"input_sha256": hashlib.sha256(raw).hexdigest(), "lines": len(lines), "source": job.source,
             "target": job.target, "model": job.model, "beam_size": job.beam_size, "nbest": job.nbest,
@@ -456,7 +470,7 @@ def translate_texts(args: argparse.Namespace, conn: Connection, job: Job) -> int
     attention = bool(args.attention_png)
     if attention and len(args.texts) != 1:
         raise UsageError("--attention-png draws one sentence: give exactly one text")
-    _model_limits(conn, job)
+    job = _model_limits(conn, job, args.beam is not None)[0]
     with TranslatorClient(connection=conn, timeout=job.timeout, on_retry=_retry_notice(job.timeout)) as client:
         result = client.translate(args.texts, job.source, job.target, model=job.model, timeout=job.timeout,
                                   return_attention=attention, **job.options)
@@ -491,8 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_arguments(p)
     p.add_argument("--model", default="", help="model name, when the server has several (default: the "
                    "server's first)")
-    p.add_argument("--beam", type=int, default=BEAM_SIZE, help="beam size (1: greedy; the default is the web "
-                   "page's and the HTTP API's)")
+    p.add_argument("--beam", type=int, help=f"beam size, 1: greedy (default: {BEAM_SIZE}, the web page's and the "
+                   f"HTTP API's, at most the server's largest)")
     p.add_argument("--nbest", type=int, default=1, help="hypotheses per line, written as text<TAB>score<TAB>stop "
                    "reason columns (end_of_sentence, or length_limit: may be cut short)")
     p.add_argument("--max-output-tokens", type=int, default=0, help="most target tokens per sentence (default: "
@@ -513,13 +527,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         for name in ("beam", "nbest", "batch_lines", "in_flight"):
-            if getattr(args, name) < 1:
+            if getattr(args, name) is not None and getattr(args, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
         if args.timeout <= 0:
             raise UsageError(f"--timeout must be more than 0 seconds, not {args.timeout:g}")
         if args.texts and args.input:
             raise UsageError("give texts or -i FILE, not both")
-        if args.nbest > args.beam and args.beam > 1:
+        if args.beam is not None and args.nbest > args.beam > 1:
             raise UsageError(f"--nbest {args.nbest} is more than --beam {args.beam}")
         if args.input and args.input != "-":
             check_input_file(args.input, "-i/--input", "a UTF-8 text file, one sentence a line")
@@ -531,8 +545,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_output_tokens < 0:
             raise UsageError(f"--max-output-tokens must be 0 (the server's default) or more, not "
                              f"{args.max_output_tokens}")
-        job = Job(args.source, args.target, args.model, args.beam, args.nbest, args.batch_lines, args.in_flight,
-                  args.timeout, args.max_output_tokens, args.split)
+        job = Job(args.source, args.target, args.model, args.beam or BEAM_SIZE, args.nbest, args.batch_lines,
+                  args.in_flight, args.timeout, args.max_output_tokens, args.split)
         if args.texts:
             return translate_texts(args, conn, job)
         if args.attention_png:

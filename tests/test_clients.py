@@ -66,9 +66,10 @@ def texts_received(server: ServerThread) -> float:
 # ---------------------------------------------------------------- the library
 def test_translate_keeps_order_and_empty_list_is_empty(client):
     assert client.translate([], "en", "de") == []
-    batch = client.translate(TEXTS, "en", "de")
+    batch = client.translate(TEXTS, "en", "de")  # beam BEAM_SIZE, as everywhere a person does not choose
     assert [t.text for t in batch] == [client.translate([x], "en", "de")[0].text for x in TEXTS]
-    assert all(t.hypotheses[0].num_tokens > 0 for t in batch[:-1])
+    greedy = client.translate(TEXTS, "en", "de", beam_size=1)
+    assert all(t.hypotheses[0].num_tokens > 0 for t in greedy[:-1])
     with pytest.raises(TypeError, match="not one string"):
         client.translate("Jesus wept.", "en", "de")
 
@@ -147,9 +148,10 @@ def test_resource_exhausted_is_retried(tiny_package):
             async with AsyncTranslatorClient(busy.address, retry=RetryPolicy(attempts=50, initial_backoff=0.02,
                                                                              max_backoff=0.1)) as c, \
                     AsyncTranslatorClient(busy.address, retry=RetryPolicy(attempts=1)) as no_retry:
-                retried = await asyncio.gather(*(c.translate([x], "en", "de", timeout=30) for x in singles))
-                once = await asyncio.gather(*(no_retry.translate([x], "en", "de", timeout=30) for x in singles),
-                                            return_exceptions=True)
+                retried = await asyncio.gather(*(c.translate([x], "en", "de", timeout=30, beam_size=1)
+                                                 for x in singles))
+                once = await asyncio.gather(*(no_retry.translate([x], "en", "de", timeout=30, beam_size=1)
+                                              for x in singles), return_exceptions=True)
                 return retried, once
 
         retried, once = asyncio.run(go())
