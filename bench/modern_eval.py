@@ -234,6 +234,23 @@ def timing_table(report: Mapping) -> str:
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
+def examples(report: Mapping, system: str, n: int, split: str = "modern") -> str:
+    """``n`` outputs of ``system`` per direction of ``split``, as markdown, evenly spread from its
+    worst to its best line by sentence chrF (the first of equal ones): what the model does
+    well and badly, not a chosen showcase."""
+    out = []
+    for r in report["sets"]:
+        if r["split"] != split or system not in r["scores"]:
+            continue
+        scored = sorted(r["outputs"], key=lambda o: sacrebleu.sentence_chrf(o[system], [o["reference"]]).score)
+        picks = [scored[round(i * (len(scored) - 1) / max(n - 1, 1))] for i in range(n)] if scored else []
+        src, tgt = parse_direction(r["direction"])
+        out += [f"**{src}->{tgt}**", ""]
+        out += [f"- {o['source']}\n  -> {o[system]}\n  (ref: {o['reference']})" for o in picks]
+        out.append("")
+    return "\n".join(out)
+
+
 def _names(text: str, allowed: Sequence[str], flag: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if n not in allowed]
@@ -255,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=0, help="first N lines per direction and split (0: all)")
     p.add_argument("--no-apertium", action="store_true", help="skip Apertium (en-es, es-en)")
     p.add_argument("--json", type=Path, help="write the scores and every output here")
+    p.add_argument("--examples", type=int, default=0, help="also print N outputs per direction of the modern "
+                   "split, evenly spread from the worst to the best by sentence chrF (of the first variant)")
     return p
 
 
@@ -282,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(report))
     print()
     print(timing_table(report))
+    if args.examples:
+        print()
+        print(examples(report, report["systems"][0], args.examples))
     if args.json:
         args.json.write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return EXIT_OK

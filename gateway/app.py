@@ -502,16 +502,23 @@ class Gateway:
             raise bad_request(f"unknown keys: {', '.join(repr(k)[:60] for k in unknown)}; known: {', '.join(V1_KEYS)}")
         self.check_key(request, body.get("api_key"))
         translate = _v1_request(body)
-        if not translate.options.beam_size:  # not given: --beam, as /translate and the page
-            translate.options.beam_size = max(self.cfg.beam, translate.options.num_hypotheses)
         deadline = Deadline.of(request, self.cfg.timeout)
         result = await until_disconnected(request, self._v1(translate, deadline))
         return Response(status_code=CLIENT_GONE) if result is None else JSONResponse(result)
 
     async def _v1(self, request: pb.TranslateRequest, deadline: Deadline) -> dict[str, Any]:
+        model = None
         if not request.model:
             model = await self.up.route(language(request.source_lang), language(request.target_lang), deadline)
             request.model = model.name if model else ""
+        if not request.options.beam_size:
+            # Not given: --beam, as /translate and the page, within the model's largest beam.
+            if model is None and request.model:
+                with contextlib.suppress(GatewayError):
+                    model = next((m for m in await self.up.models(deadline, MODELS_TTL) if m.name == request.model),
+                                 None)
+            beam = max(self.cfg.beam, request.options.num_hypotheses)
+            request.options.beam_size = min(beam, model.max_beam_size) if model and model.max_beam_size else beam
         response = await self.up.translate(request, deadline)
         attention = request.options.return_attention
         return {"model": response.model,
