@@ -303,9 +303,12 @@ def test_server_imports_neither_torch_nor_onnx(tiny_package):
 
 def _broken_copy(package: Path, tmp_path: Path, name: str, change) -> Path:
     """A copy of the package with model.json (and maybe a file) changed; the sha256 of a
-    changed file is updated, as a careless hand edit would."""
+    changed file and model.json's own checksum are updated, as a deliberate edit would, so
+    that the fault meets the checks past them (the graphs, the warm-up)."""
     import hashlib
     import json
+
+    from engine.package import manifest_checksum
 
     out = tmp_path / name
     shutil.copytree(package, out)
@@ -313,6 +316,7 @@ def _broken_copy(package: Path, tmp_path: Path, name: str, change) -> Path:
     change(out, manifest)
     for f in manifest["files"]:
         manifest["files"][f] = hashlib.sha256((out / f).read_bytes()).hexdigest()
+    manifest["checksum"] = manifest_checksum(manifest)
     (out / "model.json").write_text(json.dumps(manifest))
     return out
 
