@@ -93,9 +93,9 @@ def aligned_placement(alignments: list[SentenceAlignment]):
     """A ``Placement`` for html_text.HtmlText.render from a unit's sentence alignments."""
 
     def place(unit: Unit, translation: str) -> list[tuple[int, int]]:
-        if not any(a.links is not None for a in alignments):
-            return proportional(unit, translation)
         fallback = proportional(unit, translation)
+        if not any(a.links is not None for a in alignments):
+            return fallback
         spans = [_span(m, alignments, fallback[i], translation) for i, m in enumerate(unit.marks)]
         return nested_spans(unit.marks, spans)
 

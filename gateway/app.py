@@ -404,6 +404,12 @@ class Gateway:
         if not any([hmac.compare_digest(key, k.encode()) for k in self.api_keys]):
             raise GatewayError(403, "Invalid API key")
 
+    def beam(self, model: pb.ModelInfo | None, hypotheses: int = 1) -> int:
+        """The beam of a request that names none: --beam, or more for more hypotheses; at most
+        the model's largest (when known). /translate, /v1/translate and the page share it."""
+        wanted = max(self.cfg.beam, hypotheses)
+        return min(wanted, model.max_beam_size) if model is not None and model.max_beam_size else wanted
+
     # ------------------------------------------------------------ LibreTranslate's API
     async def translate(self, request: Request) -> Response:
         p = await libre_fields(request, self.cfg.max_body_bytes)
@@ -432,9 +438,7 @@ class Gateway:
             raise bad_request(f"Invalid request: alternatives parameter must be <= {model.max_beam_size - 1}")
 
         def beam(hypotheses: int) -> int:
-            """--beam, or more for more hypotheses; at most the server's largest (when known)."""
-            wanted = max(self.cfg.beam, hypotheses)
-            return min(wanted, model.max_beam_size) if model is not None else wanted
+            return self.beam(model, hypotheses)
 
         request = pb.TranslateRequest(source_lang=source, target_lang=target, model=model.name if model else "")
         if fmt == "html":
@@ -517,8 +521,7 @@ class Gateway:
                 with contextlib.suppress(GatewayError):
                     model = next((m for m in await self.up.models(deadline, MODELS_TTL) if m.name == request.model),
                                  None)
-            beam = max(self.cfg.beam, request.options.num_hypotheses)
-            request.options.beam_size = min(beam, model.max_beam_size) if model and model.max_beam_size else beam
+            request.options.beam_size = self.beam(model, request.options.num_hypotheses)
         response = await self.up.translate(request, deadline)
         attention = request.options.return_attention
         return {"model": response.model,
