@@ -56,12 +56,15 @@ class RunningServer:
 
     async def drain(self, grace: float) -> None:
         """Health NOT_SERVING and new work UNAVAILABLE at once; in-flight work finishes
-        (within ``grace`` seconds); then the server stops."""
+        (within ``grace`` seconds); what has not finished by then ends UNAVAILABLE, so its
+        clients retry elsewhere; then the server stops."""
         self.service.draining = True
         await self.health.enter_graceful_shutdown()
         deadline = time.monotonic() + grace
         while self.service.active and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        if self.service.active:
+            await self.service.stop_calls()
         await self.server.stop(max(0.0, deadline - time.monotonic()))
         for m in self.models.values():
             m.scheduler.stop()

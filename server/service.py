@@ -38,6 +38,7 @@ from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, QueueFull
 
 log = logging.getLogger("nmt.server")
 DEADLINE_SLACK = 0.1  # seconds: a cancellation this close to the deadline is the deadline
+STOPPED = "the server stopped before this call finished (its drain grace was used up); retry elsewhere"
 LOG_EVERY = 10.0  # seconds between two log lines about malformed requests
 _READ_ALL = object()  # TranslateStream: the client closed its side and every request was read
 
@@ -146,7 +147,9 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     def __init__(self, models: dict[str, LoadedModel], cfg: ServerConfig, metrics: Metrics) -> None:
         self.cfg, self.metrics = cfg, metrics
         self.draining = False
+        self.stopping = False  # the drain's grace is used up: calls still running end UNAVAILABLE
         self.active = 0  # translation calls being handled (drain waits for them; admission counts them)
+        self._calls: set[asyncio.Task] = set()  # the handler tasks of those calls
         self.streams = 0  # of which TranslateStream calls
         self._malformed_logged_at, self._malformed_unlogged = -LOG_EVERY, 0
         self.set_models(models)
@@ -160,10 +163,19 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         start = time.monotonic()
         code: grpc.StatusCode | None = grpc.StatusCode.OK
         self.active += 1
+        self._calls.add(asyncio.current_task())
         try:
             self._admit()
             self._admissible(request)
             return await self._translate(request, _deadline(context))
+        except asyncio.CancelledError:
+            if not self.stopping:
+                code = _why_cancelled(context)
+                raise
+            code = None
+            self._observe("Translate", grpc.StatusCode.UNAVAILABLE, start)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPED)
+            raise  # unreachable: abort raises
         except RequestError as e:
             # Counted before the status goes out: a client that reads the metric right after its
             # answer must see its call counted (counting in `finally` raced the next scrape).
@@ -171,11 +183,9 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             code = None
             await context.abort(e.code, e.message)
             raise  # unreachable: abort raises
-        except asyncio.CancelledError:
-            code = _why_cancelled(context)
-            raise
         finally:
             self.active -= 1
+            self._calls.discard(asyncio.current_task())
             if code is not None:
                 self._observe("Translate", code, start)
 
@@ -220,6 +230,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
 
         self.active += 1
         self.streams += 1
+        self._calls.add(asyncio.current_task())
         reader = None
         try:
             try:
@@ -249,8 +260,11 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                     yield item
                     answered += 1
         except asyncio.CancelledError:
-            code = _why_cancelled(context)
-            raise
+            if not self.stopping:
+                code = _why_cancelled(context)
+                raise
+            code = grpc.StatusCode.UNAVAILABLE
+            await context.abort(code, STOPPED)
         except Exception:
             if code == grpc.StatusCode.OK:  # not an abort of ours (those set the code first)
                 code = grpc.StatusCode.UNKNOWN
@@ -262,7 +276,20 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 task.cancel()
             self.active -= 1
             self.streams -= 1
+            self._calls.discard(asyncio.current_task())
             self._observe("TranslateStream", code, start)
+
+    async def stop_calls(self, wait: float = 1.0) -> None:
+        """The drain's grace is used up: end every call still running with UNAVAILABLE (the
+        clients retry elsewhere; grpc's own stop would end them CANCELLED, which a client must
+        not retry, since it cannot tell it from its own cancelling), then wait up to ``wait``
+        seconds for those statuses to go out."""
+        self.stopping = True
+        for task in list(self._calls):
+            task.cancel()
+        deadline = time.monotonic() + wait
+        while self._calls and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     async def ListModels(self, request: pb.ListModelsRequest, context) -> pb.ListModelsResponse:
         start = time.monotonic()

@@ -32,7 +32,7 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.config import ServerConfig
 from server.main import StartupError, warm_up
 from server.scheduler import Scheduler, SchedulerLimits
-from server.service import LoadedModel, RequestLimits
+from server.service import STOPPED, LoadedModel, RequestLimits
 from tests.server_harness import ServerThread, code_and_details, request, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,6 +104,22 @@ def _metric(metrics_port: int, prefix: str) -> float:
 
     body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
     return sum(float(line.split()[-1]) for line in body.splitlines() if line.startswith(prefix))
+
+
+def test_work_unfinished_when_the_grace_runs_out_ends_unavailable_not_cancelled(tiny_package):
+    """A drain whose grace is used up ends the calls still running with UNAVAILABLE, which
+    clients retry elsewhere (grpc's own stop would answer CANCELLED, which they must not)."""
+    server = ServerThread(tiny_package)
+    stub = server.stub()
+    work = request(*["He said,", LONG] * 32, beam_size=8, max_output_tokens=200, no_sentence_split=True)
+    unary = [stub.Translate.future(work, timeout=60) for _ in range(4)]
+    stream = stub.TranslateStream(iter([work]), timeout=60)
+    wait_until(lambda: server.running.service.active == 5)
+    server.call(server.running.drain(0.0))
+    for call in unary:
+        assert (call.exception(timeout=30).code(), call.exception().details()) == (grpc.StatusCode.UNAVAILABLE, STOPPED)
+    assert code_and_details(lambda: list(stream)) == (grpc.StatusCode.UNAVAILABLE, STOPPED)
+    server.loop.call_soon_threadsafe(server.loop.stop)
 
 
 def test_bad_model_package_is_a_clear_start_up_error(tiny_package, tmp_path):
