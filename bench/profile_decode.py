@@ -66,9 +66,9 @@ def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, thr
     rt.encoder = TimedSession(rt.encoder, timers, "encoder.run")
     rt.decoder = TimedSession(rt.decoder, timers, "decoder.run")
     # Python parts timed apart (none calls another): beam search's step, newcomers joining,
-    # leavers' rows refilled (and narrowing), finding a free slot (and growing the cache).
+    # leavers' rows refilled (and narrowing), growing the cache.
     timed = [(decoding.Job, "advance"), (decoding.Batch, "add"), (decoding.Batch, "remove"),
-             (decoding.Batch, "_free_slot")]
+             (decoding.Batch, "_fit_slots")]
     originals = {(cls, name): getattr(cls, name) for cls, name in timed}
     for (cls, name), fn in originals.items():
         setattr(cls, name, timers.wrap(f"{cls.__name__}.{name}", fn))

@@ -14,7 +14,9 @@ decoded greedily (or with ``--beam``, for quality and invariance) by the server'
 ``--directions``). Reported per variant:
 
 - BLEU and chrF per direction, decoding batches of 64 sources sorted by length;
-- batch invariance: how many texts decode to other tokens alone than in those batches;
+- batch invariance: how many texts decode to other tokens alone than in those batches, and
+  than under continuous batching as the server runs it (sources in input order joining a
+  running batch of up to 64 rows, two per step, as rows free up);
 - closeness to ``--reference`` (the first variant unless named), finer than BLEU: fed the
   reference's greedy outputs token by token, the mean |log p - log p_ref| over the
   vocabulary per step, and the share of steps whose best token is the reference's;
@@ -35,7 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.decoding import DecodeOptions
+from engine.decoding import Batch, DecodeOptions, Job, encode_jobs
+from engine.defaults import default_max_len
 from engine.package import ModelPackage
 from engine.runtime import Runtime
 from export.verify import cpu_runtime, decode_ids, step_log_probs
@@ -47,6 +50,25 @@ def batches_by_length(sources: list[list[int]], size: int) -> list[list[int]]:
     """Indices of the sources sorted by length (stable), cut into batches."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+def continuous_ids(rt: Runtime, sources: list[list[int]], options: DecodeOptions, rows: int = BLEU_BATCH,
+                   join: int = 2) -> list[list[int]]:
+    """The best hypothesis of each source decoded with continuous batching: sources in input
+    order join the running batch ``join`` at a time after each step while it has room for
+    their beams within ``rows`` rows; finished jobs leave."""
+    ids = rt.package.special_ids
+    jobs = [Job(list(s), options, max_len=default_max_len(len(s), rt.package.max_target_tokens),
+                bos=ids["bos"], eos=ids["eos"], pad=ids["pad"]) for s in sources]
+    batch, pending = Batch(rt), list(jobs)
+    while pending or batch.jobs:
+        new = []
+        while pending and len(new) < join and batch.n + sum(j.k for j in new) + pending[0].k <= rows:
+            new.append(pending.pop(0))
+        if new:
+            batch.add(encode_jobs(rt, new))
+        batch.remove({j.id for j in batch.step()})
+    return [j.result[0].tokens for j in jobs]
 
 
 def forced_closeness(rt: Runtime, ref: Runtime, sources: list[list[int]],
@@ -136,13 +158,18 @@ def main(argv: list[str] | None = None) -> int:
             alone = [decode_ids(rt, [s], options)[0][0].tokens for s in sources]
             bleu, chrf, _ = score([tokenizer.decode_restored(t, o) for t, o in zip(tokens, originals[direction])], refs)
             differ = sum(a != t for a, t in zip(alone, tokens))
+            continuous = continuous_ids(rt, sources, options)
+            differ_continuous = [i for i, (a, t) in enumerate(zip(alone, continuous)) if a != t]
             error, agree = forced_closeness(rt, runtimes[reference], sources, outputs[reference])
             result["quality"].append({"direction": direction, "variant": name, "bleu": bleu, "chrf": chrf,
                                       "differ_alone": differ, "texts": len(sources), "logprob_error": error,
-                                      "argmax_agree": agree, "reference": reference})
+                                      "argmax_agree": agree, "reference": reference,
+                                      "differ_continuous": len(differ_continuous)})
             result["quality"][-1]["differing"] = [i for i, (a, t) in enumerate(zip(alone, tokens)) if a != t]
+            result["quality"][-1]["differing_continuous"] = differ_continuous
             print(f"{direction}  {name:<10} beam {args.beam} BLEU {bleu:6.2f}  chrF {chrf:6.2f}  alone vs in a "
-                  f"batch of {BLEU_BATCH}: {differ}/{len(sources)} texts differ  vs {reference}: mean |d log p| "
+                  f"batch of {BLEU_BATCH}: {differ}/{len(sources)} texts differ, continuous batching: "
+                  f"{len(differ_continuous)}/{len(sources)}  vs {reference}: mean |d log p| "
                   f"{error:.4f}, same best token {agree:.2%}", flush=True)
 
     timed = [s for sources, _ in data.values() for s in sources[: args.speed_sentences]]

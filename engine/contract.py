@@ -22,10 +22,12 @@ Decoder step:
              new_k_i float[B,H,Dh,1], new_v_i float[B,H,1,Dh] (the new token's keys and values),
              cross_attention float[B,S] (last layer, mean over heads).
 The cache is read, never extended, by the graph: the caller keeps it (a preallocated
-buffer) and writes the new keys/values into free slots. Slots are a set, not a sequence:
-positions are inputs, so a slot's column says nothing about its position, and rows at
-different lengths (what continuous batching needs) share one step, each masking the
-slots that are not its own.
+buffer) and writes the new keys/values into slots of its choosing. To the graph, slots
+are a set, not a sequence: positions are inputs, so a slot's column says nothing about its
+position, and rows at different lengths (what continuous batching needs) share one step,
+each masking the slots that are not its own. (``Batch`` in engine/decoding.py still puts
+each row's token at position p into slot p, so that sums over slots run in the same order
+in any batch.)
 
 Device-resident decoding (ResidentBatch in engine/decoding.py; graphs made by export/resident.py) adds two
 optional graphs, so the caches stay where the graphs run and only ids, positions, masks and

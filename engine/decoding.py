@@ -3,8 +3,8 @@ continuously.
 
 A ``Job`` is one source text; it owns ``beam_size`` rows of the running ``Batch`` (one
 for greedy). At every step the batch feeds each row's last token at its own position;
-rows that joined later have their older cache columns masked out, so jobs at different
-lengths share one step. Jobs join between steps (after one encoder run for all newcomers)
+each row keeps its keys and values at its own positions, masked past its length, so jobs at
+different lengths share one step. Jobs join between steps (after one encoder run for all newcomers)
 and leave when finished, cancelled or expired. The cache is a preallocated buffer the
 step graph only reads; the loop writes each step's new keys and values into it in place.
 
@@ -256,10 +256,14 @@ class Batch:
     and source positions. Rows ``0 .. n-1`` are in use, densely: a leaving job's rows are
     refilled with the last rows (copying a few rows, never the batch), so each step hands
     onnxruntime contiguous views of exactly the live rows and nothing is copied per step.
-    Cache slots are a set, not a sequence (positions are inputs): each step writes the new
-    keys and values of every row into one slot that no live row uses, so the slots of jobs
-    that left are reused and the buffers grow only with the age of the oldest job, in
-    chunks of ``SLOT_CHUNK``.
+    The graph reads cache slots as a set (positions are inputs), but this batch writes each
+    row's token at position ``p`` into slot ``p`` of its own row, so a row's cache is laid
+    out exactly as it would be if its job were decoded alone, whenever it joined. That keeps
+    the attention's sums over slots in the same order as alone: with one shared slot per
+    step, a job that joined a running batch had its keys at other columns, the kernels
+    grouped the terms differently, and int8 turned those last-bit differences into another
+    token on about 1 text in 100 (``python -m bench.variant_ab --server``). The buffers grow
+    with the longest live target, in chunks of ``SLOT_CHUNK``, and narrow when it leaves.
     """
 
     ROW_CHUNK = 8
@@ -393,29 +397,27 @@ class Batch:
         if old_width - width >= max(self.NARROW_MIN, old_width // 4):
             self._resize_cross(rows, width)
 
-    def _free_slot(self) -> int:
-        """A cache slot no live row uses; the buffers grow (by half, at least a chunk) when
-        there is none."""
-        free = (~self.past_mask[:self.n].any(axis=0)).nonzero()[0]
-        if free.size:
-            return int(free[0])
+    def _fit_slots(self, needed: int) -> None:
+        """Room for ``needed`` slots per row; the buffers grow by half, at least a chunk."""
         rows, slots, _ = self.capacity
-        self._resize_cache(rows, slots + max(self.SLOT_CHUNK, slots // 2))
-        return slots
+        if needed > slots:
+            self._resize_cache(rows, max(needed, slots + max(self.SLOT_CHUNK, slots // 2)))
 
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
         n = self.n
-        slot = self._free_slot()
         input_ids, positions = row_inputs(self.jobs, self.rows_of, n)
+        slots = positions[:, 0]  # each row writes its new token at its own position (see the class)
+        self._fit_slots(int(slots.max()) + 1)
         log_probs, new_k, new_v, attention = self.rt.step(
             input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n] for c in self.cross_k],
             [c[:n] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v])
+        rows = np.arange(n)
         for buf, new in zip(self.past_k, new_k):  # (rows, H, Dh, slots) <- (n, H, Dh, 1)
-            buf[:n, :, :, slot] = new[:, :, :, 0]
+            buf[rows, :, :, slots] = new[:, :, :, 0]
         for buf, new in zip(self.past_v, new_v):  # (rows, H, slots, Dh) <- (n, H, 1, Dh)
-            buf[:n, :, slot] = new[:, :, 0]
-        self.past_mask[:n, slot] = True
+            buf[rows, :, slots] = new[:, :, 0]
+        self.past_mask[rows, slots] = True
         logp = log_probs.astype(np.float32, copy=False)
         early = [self.rows_of[j.id] for j in self.jobs if j.step < j.options.min_len]
         if early:  # no eos before a job's min_len
