@@ -18,7 +18,7 @@ loaded). On ``--device cuda`` (``CUDA_ENGINES``): ``pytorch-cache``, ``onnx-fp32
 ``onnx-fp16`` (device-resident automatically when the package has the step and rows
 graphs) and ``ct2-fp16``. Only when named (``HF_CPU_ENGINES`` / ``HF_CUDA_ENGINES``, the ``hf``
 extra): ``hf-fp32`` (CPU) / ``hf-fp16`` (CUDA), Transformers ``generate()`` on the checkpoint
-converted in memory by bench/hf_convert.py, and ``optimum-fp32`` (CPU), Optimum's
+converted in memory by bench/peers/hf_convert.py, and ``optimum-fp32`` (CPU), Optimum's
 ``ORTModelForSeq2SeqLM`` on that model's ONNX export. The result says where each engine actually ran (``device``),
 with which graphs (``variant``) and whether decoding was device-resident (``resident``);
 an engine asked for CUDA that is not on it fails instead of reporting CPU numbers.
@@ -145,10 +145,10 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
 
 
 def hf_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
-    """Transformers ``generate()`` on the checkpoint converted by bench/hf_convert.py (fp32 CPU, fp16 CUDA)."""
+    """Transformers ``generate()`` on the checkpoint converted by bench/peers/hf_convert.py (fp32 CPU, fp16 CUDA)."""
     import torch
 
-    from bench.hf_convert import generate, load
+    from bench.peers.hf_convert import generate, load
 
     torch.set_num_threads(work["threads"])
     device, variant = work["device"], work["engine"].split("-")[1]
@@ -176,7 +176,7 @@ def optimum_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     import torch
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
-    from bench.hf_convert import generate
+    from bench.peers.hf_convert import generate
 
     torch.set_num_threads(work["threads"])  # generate()'s own tensor work (logits processing, beam bookkeeping)
     options = ort.SessionOptions()

@@ -5,7 +5,7 @@
 Test sets: the LibreOffice help's test split (``corpus.libreoffice``: whole pages held out, one
 reference per paragraph; ``--splits modern``) and the Bible's (John, ``corpus.bible``;
 ``--splits bible``), en<->de/fr/es. Our package is decoded by the server's own decoding loop
-on the CPU (``export.verify.translate_onnx``, as ``bench.out_of_domain`` does), once per graph
+on the CPU (``export.verify.translate_onnx``, as ``bench.studies.out_of_domain`` does), once per graph
 variant. Apertium, the rule-based translator, translates en-es (mode ``eng-spa``) and es-en
 (``spa-eng``); it is Debian's ``apertium-eng-spa``:
 

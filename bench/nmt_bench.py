@@ -13,8 +13,8 @@ Engines (``--engines``, CPU): pytorch (training/decode.py without the KV cache),
 pytorch-cache, onnx-fp32 / onnx-int8 (the server's decoding loop, offline),
 onnx-fp32-resident (the same loop on the device-resident path CUDA uses, forced on the
 CPU: its cost there beside the numpy path), ct2-fp32 / ct2-int8 (the checkpoint converted
-by bench/ct2_convert.py), hf-fp32 / optimum-fp32 when named (Transformers generate() and
-Optimum's ORTModelForSeq2SeqLM on the checkpoint converted by bench/hf_convert.py; the ``hf``
+by bench/peers/ct2_convert.py), hf-fp32 / optimum-fp32 when named (Transformers generate() and
+Optimum's ORTModelForSeq2SeqLM on the checkpoint converted by bench/peers/hf_convert.py; the ``hf``
 extra; hf-fp16 on --device cuda), and server: ``nmt-serve`` in a subprocess on 127.0.0.1, fed by
 ``--clients`` closed-loop gRPC clients sending requests of batch-size texts; a list of
 client counts (``--clients 1,32,64,128,256``) is a sweep: one server started per mode and
@@ -93,7 +93,7 @@ class Item:
 
 
 @dataclass(frozen=True)
-class Batch:
+class BenchBatch:
     rows: list[int]  # indices into the items
     src_lang: str
     tgt_lang: str
@@ -125,13 +125,13 @@ def load_items(args: argparse.Namespace, data_cfg: Any, tokenizer: Any) -> list[
     return [Item(s, sl, tl, r, *tokenizer.encode_protected(s, tl)) for s, sl, tl, r in raw]
 
 
-def make_batches(items: list[Item], batch_size: int) -> list[Batch]:
+def make_batches(items: list[Item], batch_size: int) -> list[BenchBatch]:
     """Per direction, sorted by source length (stable), cut into batches."""
     batches = []
     for direction in dict.fromkeys((it.src_lang, it.tgt_lang) for it in items):
         rows = sorted((i for i, it in enumerate(items) if (it.src_lang, it.tgt_lang) == direction),
                       key=lambda i: len(items[i].ids))
-        batches += [Batch(rows[i:i + batch_size], *direction) for i in range(0, len(rows), batch_size)]
+        batches += [BenchBatch(rows[i:i + batch_size], *direction) for i in range(0, len(rows), batch_size)]
     return batches
 
 
@@ -199,11 +199,12 @@ class ServerRun:
     error: str = ""  # this client count failed (the others keep their numbers)
 
 
-def run_server(args: argparse.Namespace, items: list[Item], batches: list[Batch], beam: int,
+def run_server(args: argparse.Namespace, items: list[Item], batches: list[BenchBatch], beam: int,
                baseline: float) -> tuple[list[ServerRun], dict[str, Any]]:
     """One server for this mode and batch size, loaded by each of ``args.clients`` in turn;
     the runs, and where the server decoded ({"device", "variant", "resident"})."""
-    from bench.server_load import Request, ServerProcess, process_rss_mib, run_load
+    from bench.load.replay import Request, run_load
+    from server.child import ServerProcess, process_rss_mib
 
     bs = max(len(b.rows) for b in batches)
     requests = [Request([items[i].src for i in b.rows], b.src_lang, b.tgt_lang) for b in batches]
@@ -236,7 +237,7 @@ def bleu(hyps: list[str], refs: list[str | None]) -> float | None:
     return round(sacrebleu.corpus_bleu(hyps, [list(refs)]).score, 2)  # type: ignore[arg-type]
 
 
-def summarise(engine: str, mode: str, bs: int, batches: list[Batch], total: float, latencies: list[float],
+def summarise(engine: str, mode: str, bs: int, batches: list[BenchBatch], total: float, latencies: list[float],
               texts: list[str], tokens: list[int], items: list[Item], rss: float) -> dict[str, Any]:
     """``total``: wall seconds of all batches (offline: their sum; server: the whole load)."""
     lat = np.array(latencies) * 1000
@@ -469,7 +470,7 @@ def run(argv: list[str] | None) -> int:
     paths = {"checkpoint": str(ckpt_path), "package": str(args.package), "tokenizer": str(package.tokenizer_path),
              "max_target_tokens": package.max_target_tokens, "ct2_model": "", "optimum_model": ""}
     if any(e.startswith("ct2") for e in args.engines):
-        from bench.ct2_convert import convert
+        from bench.peers.ct2_convert import convert
 
         ct2_dir = args.ct2_model or args.out.parent / f"ct2-{ckpt_path.parent.name}-{ckpt_path.stem}"
         paths["ct2_model"] = str(convert(ckpt_path, ct2_dir, force=True))

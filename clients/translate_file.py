@@ -76,7 +76,9 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Job:
+class FileSettings:
+    """What one nmt-translate run asks of the server, and how hard it pushes."""
+
     source: str
     target: str
     model: str = ""
@@ -140,7 +142,7 @@ class FileTranslator:
     past the first line not yet emitted, which bounds the finished lines held in memory while an
     earlier request is slow (to ``ahead + batch``)."""
 
-    def __init__(self, client: AsyncTranslatorClient, job: Job, max_chars: int, max_texts: int,
+    def __init__(self, client: AsyncTranslatorClient, job: FileSettings, max_chars: int, max_texts: int,
                  ahead: int | None = None) -> None:
         self.client = client
         self.job = job
@@ -354,7 +356,7 @@ def _error_row(x: Failure) -> str:
 
 
 # ---------------------------------------------------------------- commands
-def _model_limits(conn: Connection, job: Job, beam_given: bool) -> tuple[Job, int, int]:
+def _model_limits(conn: Connection, job: FileSettings, beam_given: bool) -> tuple[FileSettings, int, int]:
     """Reach the server (within FIRST_CONTACT_SECONDS: a wrong address fails in seconds, not
     after --timeout of retries) and check the pair against what it serves; return the job (the
     default beam within the server's largest, unless --beam was given), the most characters
@@ -370,7 +372,7 @@ def _model_limits(conn: Connection, job: Job, beam_given: bool) -> tuple[Job, in
     return job, chosen.max_chars_per_text, chosen.max_texts_per_request
 
 
-def translate_file(args: argparse.Namespace, conn: Connection, job: Job) -> int:
+def translate_file(args: argparse.Namespace, conn: Connection, job: FileSettings) -> int:
     if args.resume and not args.output:
         raise UsageError("--resume needs -o/--output (standard output cannot be resumed)")
     raw = Path(args.input).read_bytes() if args.input and args.input != "-" else sys.stdin.buffer.read()
@@ -466,7 +468,7 @@ async def _flush_every(stream, seconds: float) -> None:
         stream.flush()
 
 
-def translate_texts(args: argparse.Namespace, conn: Connection, job: Job) -> int:
+def translate_texts(args: argparse.Namespace, conn: Connection, job: FileSettings) -> int:
     attention = bool(args.attention_png)
     if attention and len(args.texts) != 1:
         raise UsageError("--attention-png draws one sentence: give exactly one text")
@@ -545,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_output_tokens < 0:
             raise UsageError(f"--max-output-tokens must be 0 (the server's default) or more, not "
                              f"{args.max_output_tokens}")
-        job = Job(args.source, args.target, args.model, args.beam or BEAM_SIZE, args.nbest, args.batch_lines,
+        job = FileSettings(args.source, args.target, args.model, args.beam or BEAM_SIZE, args.nbest, args.batch_lines,
                   args.in_flight, args.timeout, args.max_output_tokens, args.split)
         if args.texts:
             return translate_texts(args, conn, job)

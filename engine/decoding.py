@@ -262,7 +262,7 @@ class Batch:
     the attention's sums over slots in the same order as alone: with one shared slot per
     step, a job that joined a running batch had its keys at other columns, the kernels
     grouped the terms differently, and int8 turned those last-bit differences into another
-    token on about 1 text in 100 (``python -m bench.variant_ab --server``). The buffers grow
+    token on about 1 text in 100 (``python -m bench.studies.variant_ab``, continuous batching). The buffers grow
     with the longest live target, in chunks of ``SLOT_CHUNK``, and narrow when it leaves.
     """
 

@@ -24,7 +24,7 @@ BEAM_SIZE = 4
 # The default output-length bound, OUTPUT_SLOPE x source tokens (tag and eos included) +
 # OUTPUT_MARGIN. It must leave room for the longest natural translations: over the training
 # split of the bundled corpus (all six directions en<->de/fr/es, 384,076 pairs, the shipped
-# tokenizer; `python -m bench.length_ratio`), target/source pieces is 1.04 at the median, 1.71
+# tokenizer; `python -m bench.studies.length_ratio`), target/source pieces is 1.04 at the median, 1.71
 # at the 99th and 2.61 at the 99.9th percentile (per direction 2.05 de-en to 2.82 en-es).
 # 3 x + 10 is above every direction's 99.9th percentile and cuts 0.024 % of those pairs
 # (corrupt ones, a "..." source against a whole verse); the 1.5 x + 10 it replaces cut 0.21 %.

@@ -7,7 +7,7 @@ vocabulary floats). glibc serves blocks above its mmap threshold (128 KiB at sta
 fresh mappings and unmaps them when they are freed, so each such block costs a page fault
 per 4 KiB the first time it is touched: those faults were most of the cost of growing the
 cache (32 rows, 16 -> 32 slots: 2.6-3.2 ms with them, 0.6-0.7 ms without) and a tenth of an
-offline decode in all (``python -m bench.profile_decode``; docs/BENCHMARKS.md). Raising the mmap
+offline decode in all (``python -m bench.studies.profile_decode``; docs/BENCHMARKS.md). Raising the mmap
 threshold to glibc's maximum (32 MiB on 64-bit) and the trim threshold keeps blocks below
 32 MiB in the heap, where a freed block is reused with its pages already mapped.
 

@@ -34,7 +34,7 @@ from clients.client import (
 from clients.loadtest import main as loadtest_main
 from clients.loadtest import percentile
 from clients.progress import Progress
-from clients.translate_file import FileTranslator, Job, format_translation, split_lines
+from clients.translate_file import FileSettings, FileTranslator, format_translation, split_lines
 from clients.translate_file import main as translate_main
 from engine.defaults import BEAM_SIZE
 from tests.server_harness import TEXTS, ServerThread
@@ -584,7 +584,7 @@ def _replay(log: list, n: int) -> int:
     return held
 
 
-def _run_file_translator(server: ServerThread, lines: list[str], job: Job, hold_first: float = 0.0,
+def _run_file_translator(server: ServerThread, lines: list[str], job: FileSettings, hold_first: float = 0.0,
                          ahead: int | None = None) -> tuple[list, FileTranslator]:
     log: list = []
 
@@ -607,7 +607,7 @@ def verses(toy_corpus) -> list[str]:
 def test_a_batch_split_line_by_line_writes_each_line_as_soon_as_it_can(server, verses):
     over_tokens = " ".join(["ab"] * 90)  # few enough characters, too many tokens: the server rejects its batch
     lines = [*verses[:2], over_tokens, *verses[2:30], over_tokens + " ab", *verses[30:60]]
-    log, translator = _run_file_translator(server, lines, Job("en", "de", batch_lines=8, in_flight=2))
+    log, translator = _run_file_translator(server, lines, FileSettings("en", "de", batch_lines=8, in_flight=2))
     _replay(log, len(lines))
     assert [(f.line, f.code) for f in translator.failures] == [(3, "INVALID_ARGUMENT"), (32, "INVALID_ARGUMENT")]
     assert translator.failures[0].message.endswith("tokens; the limit is 64")
@@ -617,7 +617,7 @@ def test_finished_lines_held_in_memory_are_bounded(server, verses):
     """The first batch is slow to answer: the others run ahead, but start no batch 16 or more
     lines past it; then they wait."""
     lines = verses[:120]
-    log, translator = _run_file_translator(server, lines, Job("en", "de", batch_lines=4, in_flight=3),
+    log, translator = _run_file_translator(server, lines, FileSettings("en", "de", batch_lines=4, in_flight=3),
                                            hold_first=1.0, ahead=16)
     assert _replay(log, len(lines)) == translator.most_held == 12  # lines 5-16 waited for lines 1-4
 

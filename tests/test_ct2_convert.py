@@ -7,7 +7,7 @@ import torch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from bench.ct2_convert import convert, source_tokens, target_ids, validate  # noqa: E402
+from bench.peers.ct2_convert import convert, source_tokens, target_ids, validate  # noqa: E402
 from training import checkpoint as ckpt_io  # noqa: E402
 from training.data import pad  # noqa: E402
 from training.decode import greedy_search, max_output_length  # noqa: E402

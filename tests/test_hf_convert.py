@@ -1,4 +1,4 @@
-"""The Transformers conversion of a checkpoint (bench/hf_convert.py) computes our model's function: the
+"""The Transformers conversion of a checkpoint (bench/peers/hf_convert.py) computes our model's function: the
 same logits up to rounding and token-identical greedy outputs to training/decode.py, for post-LN
 (the tiny trained checkpoint -> Marian) and pre-LN (a random model -> M2M100); the Optimum ONNX
 export of it too; and nmt-bench runs the hf-fp32 and optimum-fp32 engines."""
@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from bench.hf_convert import export_optimum, generate, load, to_transformers
+from bench.peers.hf_convert import export_optimum, generate, load, to_transformers
 from training import checkpoint as ckpt_io
 from training.config import ModelConfig
 from training.data import pad

@@ -255,7 +255,8 @@ def test_a_failing_client_count_keeps_the_others_and_a_cpu_server_is_no_gpu_row(
     the CPU refused when CUDA was asked for."""
     import argparse
 
-    import bench.server_load as server_load
+    import bench.load.replay as replay
+    import server.child as child
     from bench import nmt_bench
     from nmt.v1 import translator_pb2 as pb
 
@@ -278,12 +279,12 @@ def test_a_failing_client_count_keeps_the_others_and_a_cpu_server_is_no_gpu_row(
             raise RuntimeError("RESOURCE_EXHAUSTED")
         responses = [pb.TranslateResponse(translations=[pb.Translation(hypotheses=[pb.Hypothesis(
             text=t.upper(), num_tokens=3)]) for t in r.texts]) for r in requests]
-        return server_load.LoadResult(0.5, [0.1] * len(requests), responses)
+        return replay.LoadResult(0.5, [0.1] * len(requests), responses)
 
     device = {"now": "cpu"}
-    monkeypatch.setattr(server_load, "ServerProcess", FakeServer)
-    monkeypatch.setattr(server_load, "run_load", fake_load)
-    monkeypatch.setattr(server_load, "process_rss_mib", lambda pid: 100.0)
+    monkeypatch.setattr(child, "ServerProcess", FakeServer)
+    monkeypatch.setattr(replay, "run_load", fake_load)
+    monkeypatch.setattr(child, "process_rss_mib", lambda pid: 100.0)
     monkeypatch.setattr(nmt_bench, "server_model", lambda address: pb.ModelInfo(device=device["now"], variant="fp32"))
     items = [nmt_bench.Item(f"text {i}", "en", "de", None, [4, 10 + i, 3]) for i in range(6)]
     args = argparse.Namespace(package="p", threads=1, device="cpu", clients=[1, 2, 4], batch_sizes=[1, 2],

@@ -29,6 +29,7 @@ from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server import child
 from server.config import ServerConfig
 from server.main import StartupError, warm_up
 from server.scheduler import Scheduler, SchedulerLimits
@@ -50,20 +51,10 @@ def start(package: Path, *extra: str) -> tuple[subprocess.Popen, int]:
 
 
 def wait_serving(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    health = health_pb2_grpc.HealthStub(channel)
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited with {proc.returncode}: {proc.stderr.read()}")
-        try:
-            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
-                    health_pb2.HealthCheckResponse.SERVING:
-                return
-        except grpc.RpcError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("server did not become SERVING")
+    try:
+        child.wait_serving(f"127.0.0.1:{port}", timeout, proc.poll)
+    except child.NotServing as e:
+        raise AssertionError(f"{e}: {proc.stderr.read() if proc.poll() is not None else ''}") from None
 
 
 def test_sigterm_drains_in_flight_work_and_exits_zero(tiny_package):

@@ -255,14 +255,14 @@ def token_batches(examples: Sequence[Example], batch_tokens: int, seed: int, epo
 
 
 @dataclass
-class Batch:
+class TensorBatch:
     src: torch.Tensor  # (B, S) right-padded
     tgt_in: torch.Tensor  # (B, T) bos + target
     tgt_out: torch.Tensor  # (B, T) target + eos
     n_tokens: int  # real target tokens (the loss's denominator)
 
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.n_tokens)
+    def to(self, device: torch.device | str) -> TensorBatch:
+        return TensorBatch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.n_tokens)
 
 
 def pad(seqs: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -274,10 +274,10 @@ def pad(seqs: Sequence[Sequence[int]]) -> torch.Tensor:
     return out
 
 
-def collate(examples: Sequence[Example]) -> Batch:
+def collate(examples: Sequence[Example]) -> TensorBatch:
     tgt_in = pad([[BOS_ID, *e.tgt] for e in examples])
     tgt_out = pad([[*e.tgt, EOS_ID] for e in examples])
-    return Batch(pad([e.src for e in examples]), tgt_in, tgt_out, int(tgt_out.ne(PAD_ID).sum()))
+    return TensorBatch(pad([e.src for e in examples]), tgt_in, tgt_out, int(tgt_out.ne(PAD_ID).sum()))
 
 
 class BatchStream:
@@ -306,7 +306,7 @@ class BatchStream:
         usable = len(batches) - len(batches) % self.world or len(batches)  # every rank gets as many
         return batches[self.rank:usable:self.world]
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[TensorBatch]:
         while True:
             batches = self._epoch_batches()
             while self.index < len(batches):

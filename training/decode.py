@@ -20,7 +20,9 @@ from training.model import Transformer
 
 
 @dataclass(frozen=True)
-class Hypothesis:
+class Decoded:
+    """One output of the reference decoder (the engine's is engine.decoding.Hypothesis)."""
+
     tokens: list[int]  # generated ids, without bos and eos
     score: float  # sum of log-probabilities, divided by the length penalty for beam search
 
@@ -86,7 +88,7 @@ class _Decoder:
 
 @torch.no_grad()
 def greedy_search(model: Transformer, src: Tensor, max_len: int | Sequence[int] | None = None, min_len: int = 0,
-                  use_cache: bool = True) -> list[Hypothesis]:
+                  use_cache: bool = True) -> list[Decoded]:
     """Batched greedy decoding of a right-padded (B, S) source."""
     b = src.size(0)
     limits = row_limits(src, model, max_len)
@@ -113,13 +115,13 @@ def greedy_search(model: Transformer, src: Tensor, max_len: int | Sequence[int] 
         if all(done):
             break
         tokens = best
-    return [Hypothesis(o, s) for o, s in zip(out, scores)]
+    return [Decoded(o, s) for o, s in zip(out, scores)]
 
 
 @torch.no_grad()
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int = 1, alpha: float = LENGTH_PENALTY,
                 max_len: int | Sequence[int] | None = None, min_len: int = 0,
-                use_cache: bool = True) -> list[list[Hypothesis]]:
+                use_cache: bool = True) -> list[list[Decoded]]:
     """Batched beam search; returns the ``n_best`` hypotheses of each source, best first.
 
     Every step takes the top 2K continuations of each source's K beams; those ending in
@@ -137,7 +139,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int
     beam_scores = torch.full((b, k), -float("inf"), device=src.device)
     beam_scores[:, 0] = 0.0  # all beams start identical: let only the first expand
     beam_tokens: list[list[int]] = [[] for _ in range(b * k)]
-    finished: list[list[Hypothesis]] = [[] for _ in range(b)]
+    finished: list[list[Decoded]] = [[] for _ in range(b)]
     done = [False] * b
     for step in range(max(limits)):
         logp = dec.step(tokens)  # (B*K, V)
@@ -159,7 +161,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int
                 if token == EOS_ID:
                     if not done[i] and len(finished[i]) < k:
                         hyp = beam_tokens[row]
-                        finished[i].append(Hypothesis(hyp, score / length_penalty(len(hyp) + 1, alpha)))
+                        finished[i].append(Decoded(hyp, score / length_penalty(len(hyp) + 1, alpha)))
                     continue
                 next_rows.append(row)
                 next_tokens.append(token)
@@ -186,7 +188,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int
                     score = float(beam_scores[i, j])
                     if score > -float("inf"):
                         hyp = beam_tokens[i * k + j]
-                        finished[i].append(Hypothesis(hyp, score / length_penalty(len(hyp), alpha)))
+                        finished[i].append(Decoded(hyp, score / length_penalty(len(hyp), alpha)))
                 done[i] = True
         if all(done):
             break

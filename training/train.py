@@ -41,6 +41,7 @@ from training import checkpoint as ckpt_io
 from training.config import MODEL_PRESETS, PAD_ID, DataConfig, RunConfig, TrainConfig, replace
 from training.data import (
     BatchStream,
+    TensorBatch,
     check_corpus,
     encode_pairs,
     eval_sets,
@@ -156,7 +157,7 @@ def dev_bleu(model: Transformer, tokenizer: Tokenizer, dev: dict[str, tuple[list
 
 # Above this mean cosine similarity between a sentence's encoder outputs, the encoder gives
 # every position (nearly) the same vector and the decoder cannot see its source: how the
-# post-LN runs stalled (bench/norm_stability.py; 0.52-0.58 in a pre-LN run that trains).
+# post-LN runs stalled (bench/studies/norm_stability.py; 0.52-0.58 in a pre-LN run that trains).
 COLLAPSED_ENCODER = 0.99
 
 
@@ -265,76 +266,150 @@ def prepare(cfg: RunConfig, out: Path, d: Dist) -> Tokenizer:
 EXIT_CHUNK_DONE = EXIT_UNFINISHED
 
 
-def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes: float = 0.0) -> State:
-    """Train (or resume) the run in ``out``; returns its final state.
+class Window:
+    """What the log reports over the steps since its last line: mean loss per target token,
+    mean gradient norm, and tokens/s (source and target, all ranks)."""
 
-    ``chunk_minutes`` bounds this call alone (the run's ``max_minutes`` bounds the whole run,
-    resumes included): at the bound the run is saved and left unfinished (``State.finished``
-    False, no final evaluation or averaging), for machines that lend time in short slices."""
-    out = Path(out)
-    tc = cfg.train
-    d = init_distributed("cuda" if tc.device == "cuda" or (tc.device == "auto" and torch.cuda.is_available())
-                         else "cpu")
-    device = pick_device(tc.device, d)
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
-    existing = ckpt_io.list_checkpoints(out)
-    if existing and restart:
-        raise UsageError(f"--restart: {out} already holds checkpoints; choose another --out or remove it")
-    if d.main:
-        out.mkdir(parents=True, exist_ok=True)
-    barrier(d)
+    def __init__(self) -> None:
+        self.loss = self.grad = 0.0
+        self.tokens = self.src_tokens = self.steps = 0
+        self.start = time.monotonic()
 
-    tokenizer = prepare(cfg, out, d)
-    # The model's vocabulary is the tokenizer's real size (a small corpus may give fewer pieces).
-    cfg = replace(cfg, model=replace(cfg.model, vocab_size=tokenizer.vocab_size))
-    resume = ckpt_io.load(existing[-1]) if existing else None
-    if resume is not None:
-        saved = RunConfig.from_dict(resume["config"])
-        if saved.model != cfg.model or saved.data != cfg.data:
-            raise UsageError(f"{out} was trained with another model or data config; resume with the same one "
-                             f"(see {out / 'config.json'}) or use a new --out")
-    if d.main:
-        cfg.save(out / "config.json")
+    def add(self, loss_sum: float, grad_norm: float, tokens: int, src_tokens: int) -> None:
+        self.loss += loss_sum
+        self.grad += grad_norm
+        self.tokens += tokens
+        self.src_tokens += src_tokens
+        self.steps += 1
 
-    torch.manual_seed(tc.seed)
-    random.seed(tc.seed)
-    model = Transformer(cfg.model)
-    if tc.init_from and resume is None:
-        note = warm_start(model, tokenizer, tc.init_from)
+    @property
+    def mean_loss(self) -> float:
+        return self.loss / max(self.tokens, 1)
+
+    def tokens_per_s(self, world: int) -> float:
+        return (self.tokens + self.src_tokens) * world / max(time.monotonic() - self.start, 1e-9)
+
+
+class Trainer:
+    """One run: the model, its optimizer and data stream in their (resumed) state, and what a
+    step, an evaluation and a checkpoint do. ``train`` drives it."""
+
+    def __init__(self, cfg: RunConfig, out: Path, restart: bool) -> None:
+        tc = cfg.train
+        self.out = out
+        self.d = d = init_distributed("cuda" if tc.device == "cuda" or (tc.device == "auto" and
+                                                                        torch.cuda.is_available()) else "cpu")
+        self.device = pick_device(tc.device, d)
+        if tc.threads:
+            torch.set_num_threads(tc.threads)
+        existing = ckpt_io.list_checkpoints(out)
+        if existing and restart:
+            raise UsageError(f"--restart: {out} already holds checkpoints; choose another --out or remove it")
         if d.main:
-            print(f"warm start from {tc.init_from}: {note}", flush=True)
-    model = model.to(device)
-    examples = encode_pairs(load_pairs(cfg.data, "train"), tokenizer, cfg.data.max_tokens_per_sentence,
-                            protect=cfg.data.placeholders and tokenizer.protector.enabled)
-    stream = BatchStream(examples, tc.batch_tokens, tc.seed, d.rank, d.world)
-    dev: dict[str, tuple[list[str], list[str]]] = {}
-    for label, pairs in eval_sets(cfg.data, "dev").items():
-        take = pairs[:tc.eval_sentences] if tc.eval_sentences else pairs
-        dev[label] = ([p.src for p in take], [p.tgt for p in take])
+            out.mkdir(parents=True, exist_ok=True)
+        barrier(d)
 
-    # A fixed dev batch (the first 32 dev sources) for the encoder-collapse check at each evaluation.
-    dev_src = pad([tokenizer.encode_source(src, label_direction(direction)[1])
-                   for direction, (sources, _) in dev.items() for src in sources][:32]).to(device) if dev else None
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps,
-                                 weight_decay=tc.weight_decay)
-    state = State()
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        stream.load_state_dict(resume["stream"])
-        state = State(resume["step"], resume["elapsed"], resume["history"])
-        set_rng_state(resume["rng"][d.rank] if d.rank < len(resume["rng"]) else resume["rng"][0])
-    ddp_model = DistributedDataParallel(model) if d.world > 1 else model
+        self.tokenizer = tokenizer = prepare(cfg, out, d)
+        # The model's vocabulary is the tokenizer's real size (a small corpus may give fewer pieces).
+        self.cfg = cfg = replace(cfg, model=replace(cfg.model, vocab_size=tokenizer.vocab_size))
+        resume = ckpt_io.load(existing[-1]) if existing else None
+        if resume is not None:
+            saved = RunConfig.from_dict(resume["config"])
+            if saved.model != cfg.model or saved.data != cfg.data:
+                raise UsageError(f"{out} was trained with another model or data config; resume with the same one "
+                                 f"(see {out / 'config.json'}) or use a new --out")
+        if d.main:
+            cfg.save(out / "config.json")
 
-    tok_bytes = tokenizer.model_proto
-    logger = Logger(tc.max_steps, state.step, d.main)
-    if d.main:
-        logger.line(f"{'resuming at step ' + str(state.step) if resume else 'starting'}: "
-                    f"{count_parameters(model) / 1e6:.2f}M parameters, {len(examples)} training pairs, "
-                    f"vocab {tokenizer.vocab_size}, device {device}, world {d.world}")
+        torch.manual_seed(tc.seed)
+        random.seed(tc.seed)
+        model = Transformer(cfg.model)
+        if tc.init_from and resume is None:
+            note = warm_start(model, tokenizer, tc.init_from)
+            if d.main:
+                print(f"warm start from {tc.init_from}: {note}", flush=True)
+        self.model = model = model.to(self.device)
+        examples = encode_pairs(load_pairs(cfg.data, "train"), tokenizer, cfg.data.max_tokens_per_sentence,
+                                protect=cfg.data.placeholders and tokenizer.protector.enabled)
+        self.stream = BatchStream(examples, tc.batch_tokens, tc.seed, d.rank, d.world)
+        self.dev: dict[str, tuple[list[str], list[str]]] = {}
+        for label, pairs in eval_sets(cfg.data, "dev").items():
+            take = pairs[:tc.eval_sentences] if tc.eval_sentences else pairs
+            self.dev[label] = ([p.src for p in take], [p.tgt for p in take])
+        # A fixed dev batch (the first 32 dev sources) for the encoder-collapse check at each evaluation.
+        self.dev_src = pad([tokenizer.encode_source(src, label_direction(direction)[1])
+                            for direction, (sources, _) in self.dev.items() for src in sources][:32]
+                           ).to(self.device) if self.dev else None
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps,
+                                          weight_decay=tc.weight_decay)
+        self.state = State()
+        if resume is not None:
+            model.load_state_dict(resume["model"])
+            self.optimizer.load_state_dict(resume["optimizer"])
+            self.stream.load_state_dict(resume["stream"])
+            self.state = State(resume["step"], resume["elapsed"], resume["history"])
+            set_rng_state(resume["rng"][d.rank] if d.rank < len(resume["rng"]) else resume["rng"][0])
+        self.ddp_model = DistributedDataParallel(model) if d.world > 1 else model
+        self.tok_bytes = tokenizer.model_proto
+        self.logger = Logger(tc.max_steps, self.state.step, d.main)
+        if d.main:
+            self.logger.line(f"{'resuming at step ' + str(self.state.step) if resume else 'starting'}: "
+                             f"{count_parameters(model) / 1e6:.2f}M parameters, {len(examples)} training pairs, "
+                             f"vocab {tokenizer.vocab_size}, device {self.device}, world {d.world}")
+        use_bf16 = tc.bf16 and bf16_native(self.device)
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+        if d.main:
+            print(f"precision: {'bfloat16 autocast, fp32 weights' if use_bf16 else 'fp32'}", flush=True)
 
-    def save_checkpoint() -> None:
+    def step(self, batch: TensorBatch) -> tuple[float, float, float]:
+        """One optimizer step on ``batch``: (summed loss, gradient norm before clipping, lr)."""
+        tc = self.cfg.train
+        self.state.step += 1
+        lr = noam_lr(self.state.step, self.cfg.model.d_model, tc.warmup_steps, tc.lr_scale)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with self.autocast:
+            logits = self.ddp_model(batch.src, batch.tgt_in)
+        loss = label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing) / batch.n_tokens
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        # The norm before clipping is logged: it is how a stalling or diverging run shows itself.
+        max_norm = tc.clip_norm if tc.clip_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.optimizer.step()
+        return float(loss.detach()) * batch.n_tokens, float(grad_norm), lr
+
+    def log(self, window: Window, lr: float) -> None:
+        """One line (and one history entry) for the steps of ``window``."""
+        state, tok_s = self.state, window.tokens_per_s(self.d.world)
+        grad = window.grad / max(window.steps, 1)
+        state.history.append({"step": state.step, "loss": round(window.mean_loss, 4), "lr": lr,
+                              "tok_s": round(tok_s), "grad_norm": round(grad, 4),
+                              "minutes": round(state.elapsed / 60, 2)})
+        self.logger.line(f"step {state.step:>7} | loss {window.mean_loss:.3f} | grad norm {grad:.2f} | "
+                         f"{tok_s:,.0f} tok/s | lr {lr:.2e} | {state.elapsed / 60:.1f} min")
+
+    def evaluate(self, collapse_check: bool = True) -> None:
+        """Dev BLEU per direction, and whether the encoder has collapsed (rank 0 only: the
+        other ranks wait at the caller's barrier)."""
+        if self.d.main:
+            scores = dev_bleu(self.model, self.tokenizer, self.dev, self.device)
+            entry: dict[str, Any] = {"step": self.state.step, "dev_bleu": scores}
+            line = f"step {self.state.step:>7} | dev BLEU {json.dumps(scores)}"
+            if collapse_check and self.dev_src is not None:
+                cosine = entry["encoder_cosine"] = round(encoder_cosine(self.model, self.dev_src), 4)
+                line += f" | encoder cosine {cosine:.3f}"
+            self.state.history.append(entry)
+            self.logger.line(line)
+            if entry.get("encoder_cosine", 0.0) > COLLAPSED_ENCODER:
+                self.logger.line(f"warning: the encoder gives every position of a sentence nearly the same vector "
+                                 f"(mean cosine {entry['encoder_cosine']:.3f} > {COLLAPSED_ENCODER}), so the "
+                                 "decoder cannot see its source; post-LN runs stalled this way here: train pre-LN "
+                                 "(--set model.pre_norm=true, or the deep-shallow presets)")
+
+    def save(self) -> None:
+        """A checkpoint of everything a resume needs (every rank's RNG state); old ones pruned."""
+        d, state, tc = self.d, self.state, self.cfg.train
         rngs = [None] * d.world
         if d.world > 1:
             dist.all_gather_object(rngs, rng_state())
@@ -342,98 +417,71 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
             rngs = [rng_state()]
         if d.main:
             ckpt_io.save_atomic({
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "stream": stream.state_dict(),
-                "rng": rngs, "step": state.step, "elapsed": state.elapsed, "history": state.history,
-                "config": cfg.to_dict(), "tokenizer_model": tok_bytes,
-            }, ckpt_io.checkpoint_dir(out) / f"step_{state.step:08d}.pt")
-            for old in ckpt_io.list_checkpoints(out)[:-max(tc.keep_checkpoints, tc.average_last, 1)]:
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "stream": self.stream.state_dict(), "rng": rngs, "step": state.step, "elapsed": state.elapsed,
+                "history": state.history, "config": self.cfg.to_dict(), "tokenizer_model": self.tok_bytes,
+            }, ckpt_io.checkpoint_dir(self.out) / f"step_{state.step:08d}.pt")
+            for old in ckpt_io.list_checkpoints(self.out)[:-max(tc.keep_checkpoints, tc.average_last, 1)]:
                 old.unlink()
-            (out / "history.json").write_text(json.dumps(state.history))
-            plot_curves(state.history, out / "curves.png")
+            self.write_history()
 
-    use_bf16 = tc.bf16 and bf16_native(device)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
-    if d.main:
-        print(f"precision: {'bfloat16 autocast, fp32 weights' if use_bf16 else 'fp32'}",
-              flush=True)
-    model.train()
-    started = time.monotonic() - state.elapsed
-    chunk_end = time.monotonic() + chunk_minutes * 60 if chunk_minutes > 0 else float("inf")
-    window_loss = window_tokens = window_src = window_grad = 0.0
-    window_steps = 0
-    window_start = time.monotonic()
-    batches = iter(stream)
-    while state.step < tc.max_steps:
+    def write_history(self) -> None:
+        (self.out / "history.json").write_text(json.dumps(self.state.history))
+        plot_curves(self.state.history, self.out / "curves.png")
+
+    def time_up(self, started: float, chunk_end: float, chunk_minutes: float) -> bool:
+        """Whether a time bound stops the run now (one agreement between ranks for both)."""
+        tc, state = self.cfg.train, self.state
         now = time.monotonic()
         out_of_time = tc.max_minutes > 0 and now - started >= tc.max_minutes * 60
-        # one agreement between ranks per step for both time bounds
-        if any_rank(out_of_time or now >= chunk_end, d):
-            if out_of_time:
-                logger.line(f"time bound of {tc.max_minutes} minutes reached at step {state.step}")
-            else:
-                logger.line(f"chunk of {chunk_minutes} minutes done at step {state.step} "
-                            f"({state.elapsed / 60:.1f} of the run's minutes); the same command continues it")
-                state.finished = False
-            break
-        batch = next(batches).to(device)
-        state.step += 1
-        lr = noam_lr(state.step, cfg.model.d_model, tc.warmup_steps, tc.lr_scale)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        with autocast:
-            logits = ddp_model(batch.src, batch.tgt_in)
-        loss = label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing) / batch.n_tokens
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        # The norm before clipping is logged: it is how a stalling or diverging run shows itself.
-        max_norm = tc.clip_norm if tc.clip_norm > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        optimizer.step()
-        state.elapsed = time.monotonic() - started
+        if not any_rank(out_of_time or now >= chunk_end, self.d):
+            return False
+        if out_of_time:
+            self.logger.line(f"time bound of {tc.max_minutes} minutes reached at step {state.step}")
+        else:
+            self.logger.line(f"chunk of {chunk_minutes} minutes done at step {state.step} "
+                             f"({state.elapsed / 60:.1f} of the run's minutes); the same command continues it")
+            state.finished = False
+        return True
 
-        window_loss += float(loss.detach()) * batch.n_tokens
-        window_grad += float(grad_norm)
-        window_steps += 1
-        window_tokens += batch.n_tokens
-        window_src += int(batch.src.ne(PAD_ID).sum())
-        tok_s = (window_tokens + window_src) * d.world / max(time.monotonic() - window_start, 1e-9)
-        logger.update({"loss": f"{window_loss / window_tokens:.3f}", "tok/s": f"{tok_s:,.0f}", "lr": f"{lr:.2e}"})
+
+def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes: float = 0.0) -> State:
+    """Train (or resume) the run in ``out``; returns its final state.
+
+    ``chunk_minutes`` bounds this call alone (the run's ``max_minutes`` bounds the whole run,
+    resumes included): at the bound the run is saved and left unfinished (``State.finished``
+    False, no final evaluation or averaging), for machines that lend time in short slices."""
+    run = Trainer(cfg, Path(out), restart)
+    tc, state, d = run.cfg.train, run.state, run.d
+    run.model.train()
+    started = time.monotonic() - state.elapsed
+    chunk_end = time.monotonic() + chunk_minutes * 60 if chunk_minutes > 0 else float("inf")
+    window = Window()
+    batches = iter(run.stream)
+    while state.step < tc.max_steps and not run.time_up(started, chunk_end, chunk_minutes):
+        batch = next(batches).to(run.device)
+        loss_sum, grad_norm, lr = run.step(batch)
+        state.elapsed = time.monotonic() - started
+        window.add(loss_sum, grad_norm, batch.n_tokens, int(batch.src.ne(PAD_ID).sum()))
+        run.logger.update({"loss": f"{window.mean_loss:.3f}", "tok/s": f"{window.tokens_per_s(d.world):,.0f}",
+                           "lr": f"{lr:.2e}"})
         if state.step % tc.log_every == 0 or state.step == tc.max_steps:
-            mean = window_loss / window_tokens
-            grad = window_grad / window_steps
-            state.history.append({"step": state.step, "loss": round(mean, 4), "lr": lr, "tok_s": round(tok_s),
-                                  "grad_norm": round(grad, 4), "minutes": round(state.elapsed / 60, 2)})
-            logger.line(f"step {state.step:>7} | loss {mean:.3f} | grad norm {grad:.2f} | {tok_s:,.0f} tok/s | "
-                        f"lr {lr:.2e} | {state.elapsed / 60:.1f} min")
-            window_loss = window_tokens = window_src = window_grad = 0.0
-            window_steps = 0
-            window_start = time.monotonic()
-        if tc.eval_every and state.step % tc.eval_every == 0 and dev:
-            if d.main:
-                scores = dev_bleu(model, tokenizer, dev, device)
-                cosine = round(encoder_cosine(model, dev_src), 4)
-                state.history.append({"step": state.step, "dev_bleu": scores, "encoder_cosine": cosine})
-                logger.line(f"step {state.step:>7} | dev BLEU {json.dumps(scores)} | encoder cosine {cosine:.3f}")
-                if cosine > COLLAPSED_ENCODER:
-                    logger.line(f"warning: the encoder gives every position of a sentence nearly the same vector "
-                                f"(mean cosine {cosine:.3f} > {COLLAPSED_ENCODER}), so the decoder cannot see its "
-                                "source; post-LN runs stalled this way here: train pre-LN "
-                                "(--set model.pre_norm=true, or the deep-shallow presets)")
+            run.log(window, lr)
+            window = Window()
+        if tc.eval_every and state.step % tc.eval_every == 0 and run.dev:
+            run.evaluate()
             barrier(d)
         if tc.save_every and state.step % tc.save_every == 0:
-            save_checkpoint()
-    logger.close()
-    found = ckpt_io.list_checkpoints(out)
+            run.save()
+    run.logger.close()
+    found = ckpt_io.list_checkpoints(run.out)
     if not found or found[-1].name != f"step_{state.step:08d}.pt":
-        save_checkpoint()
+        run.save()
     if d.main and state.finished:
-        if dev and (not state.history or "dev_bleu" not in state.history[-1]):
-            scores = dev_bleu(model, tokenizer, dev, device)
-            state.history.append({"step": state.step, "dev_bleu": scores})
-            logger.line(f"step {state.step:>7} | dev BLEU {json.dumps(scores)}")
-            (out / "history.json").write_text(json.dumps(state.history))
-            plot_curves(state.history, out / "curves.png")
-        finish_average(cfg, out, state, tok_bytes)
+        if run.dev and (not state.history or "dev_bleu" not in state.history[-1]):
+            run.evaluate(collapse_check=False)
+            run.write_history()
+        finish_average(run.cfg, run.out, state, run.tok_bytes)
     barrier(d)
     if d.world > 1:
         dist.destroy_process_group()
@@ -452,7 +500,7 @@ def finish_average(cfg: RunConfig, out: Path, state: State, tok_bytes: bytes) ->
 
 
 # ---------------------------------------------------------------- CLI
-# Pre-LN: the post-LN presets collapsed their encoder at our learning rates (bench/norm_stability.py).
+# Pre-LN: the post-LN presets collapsed their encoder at our learning rates (bench/studies/norm_stability.py).
 DEFAULT_PRESET = "deep-shallow-small"
 
 def _parse_value(text: str) -> Any:

@@ -1,6 +1,6 @@
 """Where a decoding step's time is bounded: the weights it streams, against the processor's cache.
 
-    python -m bench.memory_bound [--package packages/small-ende] [--rows 32] [--sizes 2,4,8,16,24,32,48]
+    python -m bench.studies.memory_bound [--package packages/small-ende] [--rows 32] [--sizes 2,4,8,16,24,32,48]
 
 A decoding step multiplies a few rows (the batch) by every weight matrix of the decoder
 once. At 32 rows that is 16 floating-point operations per byte of fp32 weight, so the
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['weights_mib']:12.1f} {r['us_per_product']:11.1f} {r['gflops']:8.0f} {r['weight_gb_s']:13.1f}")
 
     if package is not None:
-        from bench.profile_decode import step_cost
+        from bench.studies.profile_decode import step_cost
         from engine import contract
         from engine.runtime import Runtime, RuntimeOptions
 

@@ -1,6 +1,6 @@
 """Why keys are stored transposed: one decoding step's attention products in onnxruntime.
 
-    python -m bench.attention_layout [--rows 32] [--heads 4] [--d-head 64] [--positions 8,32,64]
+    python -m bench.studies.attention_layout [--rows 32] [--heads 4] [--d-head 64] [--positions 8,32,64]
 
 A decoding step multiplies one query row per (row, head) by that row's cached keys, then
 the attention weights by its cached values. onnxruntime's CPU MatMul runs a batch of such

@@ -1,6 +1,6 @@
 """Soak: many clients for minutes against ``nmt-serve`` with normal and hostile calls mixed.
 
-    python -m bench.soak --package packages/default --clients 64 --minutes 10
+    python -m bench.load.soak --package packages/default --clients 64 --minutes 10
 
 Each client loops over a random mix of calls:
 
@@ -19,7 +19,7 @@ calls the clients made), every completed stream answered each of its requests on
 got a code its kind cannot explain, and the in-flight and queue gauges returned to 0.
 
 ``--hostile`` adds the HTTP gateway in front of the server and, beside the normal load, the
-slow and idle clients of bench/hostile.py: streams and TCP connections that send nothing,
+slow and idle clients of bench/load/hostile.py: streams and TCP connections that send nothing,
 HTTP requests whose headers or body trickle in, and a few well-behaved HTTP clients. It then
 also checks that gRPC health and the gateway's /readyz answered every second, that the
 server's and the gateway's open files stayed within their connection caps, that their RSS
@@ -47,13 +47,13 @@ from pathlib import Path
 import grpc
 
 from bench import hostile
-from bench.server_load import ServerProcess, process_rss_mib, stop_process
 from cli import MAX_CONNECTIONS, free_port
 from clients.loadtest import percentile
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server.child import ServerProcess, process_rss_mib, stop_process
 
-DATA = Path(__file__).resolve().parent / "data" / "modern.tsv"
+DATA = Path(__file__).resolve().parents[1] / "data" / "modern.tsv"
 MIX = {"normal": 50, "short-deadline": 20, "stream": 10, "stream-cancel": 8, "malformed": 7, "invalid": 5}
 EXPECTED = {  # the codes each kind of call may end with (RESOURCE_EXHAUSTED: the queue is full, "busy")
     "normal": {"OK", "RESOURCE_EXHAUSTED"},
@@ -158,7 +158,7 @@ FD_BOUND = MAX_CONNECTIONS + 128  # a process's open files: its connections and 
 
 
 def start_gateway(grpc_address: str, port: int, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     with log.open("ab") as err:
         proc = subprocess.Popen([sys.executable, "-m", "gateway.main", "--grpc-address", grpc_address, "--port",
                                  str(port), "--log-level", "WARNING"], env=env, stderr=err)
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-seconds", type=float, default=5.0, help="how often the server's RSS is read")
     p.add_argument("--hostile", action="store_true", help="add the gateway and the slow and idle clients of "
-                   "bench/hostile.py beside the normal load")
+                   "bench/load/hostile.py beside the normal load")
     p.add_argument("--hostile-clients", type=int, default=200, help="with --hostile: idle streams, idle TCP "
                    "connections to each port, and slow HTTP requests (half slow headers, half slow bodies)")
     p.add_argument("--json", type=Path, help="write the figures here")

@@ -1,7 +1,7 @@
 """Post-LN against pre-LN on the CPU: same data, same steps, same seed, one thing changed per arm.
 
-    python -m bench.norm_stability --out runs/norm --steps 1200          # train the arms, then report
-    python -m bench.norm_stability --out runs/norm --report-only         # report existing runs
+    python -m bench.studies.norm_stability --out runs/norm --steps 1200          # train the arms, then report
+    python -m bench.studies.norm_stability --out runs/norm --report-only         # report existing runs
 
 Every arm is the `small` preset (d_model 256, 4+4 layers) on en-de + de-en with the shipped
 model's tokenizer, batches of 2,048 tokens, trained by ``nmt-train`` in its own process (two
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "models" / "default" / "tokenizer.model"
 
 # name -> (what it shows, nmt-train overrides). Peak learning rate of the schedule:

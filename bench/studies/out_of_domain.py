@@ -1,6 +1,6 @@
 """Out-of-domain check: modern sentences through a model package, in every direction it serves.
 
-    python -m bench.out_of_domain --package packages/default --variant int8 --beam 4
+    python -m bench.studies.out_of_domain --package packages/default --variant int8 --beam 4
 
 ``bench/data/modern.tsv`` holds 30 sentences of everyday, news and technical English written
 for this project (trains, passwords, software updates, elections), each with a German,
@@ -25,7 +25,7 @@ from engine.package import ModelPackage
 from export.verify import cpu_runtime, translate_onnx
 from training.tokenizer import Tokenizer
 
-DATA = Path(__file__).resolve().parent / "data" / "modern.tsv"
+DATA = Path(__file__).resolve().parents[1] / "data" / "modern.tsv"
 
 
 def load(path: Path = DATA) -> dict[str, list[str]]:

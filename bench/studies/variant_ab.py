@@ -1,9 +1,9 @@
-"""``python -m bench.variant_ab``: graph variants side by side: BLEU, batch invariance, greedy speed.
+"""``python -m bench.studies.variant_ab``: graph variants side by side: BLEU, batch invariance, greedy speed.
 
-    python -m bench.variant_ab --checkpoint models/default --directions en-de --sentences 879 --beam 4 \
+    python -m bench.studies.variant_ab --checkpoint models/default --directions en-de --sentences 879 --beam 4 \
         --batch-sizes "" int8=packages/default:int8    # batch invariance of beam 4 over all of John
 
-    python -m bench.variant_ab --checkpoint models/default --directions en-de,de-en --sentences 200 \\
+    python -m bench.studies.variant_ab --checkpoint models/default --directions en-de,de-en --sentences 200 \\
         fp32=packages/default:fp32 int8=packages/default:int8 int8-old=packages/default-old:int8
 
 Each ``NAME=PACKAGE:VARIANT`` is one onnxruntime CPU runtime (``--threads``, 1 by default)
@@ -94,7 +94,7 @@ def forced_closeness(rt: Runtime, ref: Runtime, sources: list[list[int]],
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.variant_ab", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.studies.variant_ab", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("variants", nargs="+", metavar="NAME=PACKAGE:VARIANT")
     p.add_argument("--checkpoint", required=True, help="the checkpoint the packages come from (tokenizer, data)")

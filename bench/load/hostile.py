@@ -1,4 +1,4 @@
-"""Slow and idle clients for the soak (bench/soak.py --hostile): what takes a server down
+"""Slow and idle clients for the soak (bench/load/soak.py --hostile): what takes a server down
 without sending any work, run beside the normal load.
 
 - ``idle_streams``: TranslateStream calls that send nothing, reopened when the server ends them

@@ -1,8 +1,8 @@
 """How long are natural translations? Target/source token ratios of a corpus, and how many of
 its pairs an output-length rule would cut.
 
-    python -m bench.length_ratio                  # the default model's corpus and tokenizer
-    python -m bench.length_ratio --checkpoint-dir models/default --split train --json out.json
+    python -m bench.studies.length_ratio                  # the default model's corpus and tokenizer
+    python -m bench.studies.length_ratio --checkpoint-dir models/default --split train --json out.json
 
 The server's default output bound (``engine.decoding.default_max_len``) must leave room for
 the longest natural ratio; this measures it on the training split of a model's own data
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from training.config import RunConfig
     from training.data import load_pairs
 
-    p = argparse.ArgumentParser(prog="python -m bench.length_ratio", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.studies.length_ratio", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint-dir", type=Path, default=Path("models/default"),
                    help="a directory with config.json and tokenizer.model (default: models/default)")

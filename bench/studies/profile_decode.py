@@ -1,6 +1,6 @@
 """Where the offline decoding time goes: onnxruntime vs our Python loop, beside CTranslate2.
 
-    python -m bench.profile_decode --checkpoint runs/small-ende --package packages/small-ende \
+    python -m bench.studies.profile_decode --checkpoint runs/small-ende --package packages/small-ende \
         --sentences 64 --batch-size 32 --variant fp32
 
 Decodes the same batches as nmt-bench (test split, per direction, sorted by length) with
@@ -185,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import tempfile
 
-    from bench.ct2_convert import convert
     from bench.nmt_bench import load_items, make_batches
+    from bench.peers.ct2_convert import convert
     from engine.package import ModelPackage
     from training import checkpoint as ckpt_io
     from training.config import RunConfig

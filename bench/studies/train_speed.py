@@ -1,6 +1,6 @@
 """Training steps per second on this machine, fp32 against bfloat16 autocast, side by side.
 
-    python -m bench.train_speed --preset deep-shallow --batch-tokens 6000 --steps 12 --rounds 3
+    python -m bench.studies.train_speed --preset deep-shallow --batch-tokens 6000 --steps 12 --rounds 3
 
 Each round times the same batches (Bible training pairs, the shipped tokenizer) through a full
 step (forward, label-smoothed loss, backward, clipping, Adam) once per arm, the arms

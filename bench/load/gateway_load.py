@@ -1,7 +1,7 @@
 """What the HTTP gateway costs: requests/s and latency through ``nmt-http`` against straight
 gRPC to the same server, at the same concurrency, in one run.
 
-    python -m bench.gateway_load --package packages/default --int8 --clients 1,8,32 --requests 256
+    python -m bench.load.gateway_load --package packages/default --int8 --clients 1,8,32 --requests 256
 
 One ``nmt-serve`` (subprocess, 127.0.0.1) and one ``nmt-http`` in front of it. For each
 client count, closed-loop clients send the same single-sentence requests (the first
@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.server_load import ROOT, Request, ServerProcess, run_load, stop_process
+from bench.load.replay import Request, run_load
 from cli import free_port
 from corpus.bible import bible_pairs
+from server.child import ROOT, ServerProcess, stop_process
 
 
 class GatewayProcess:
@@ -123,7 +124,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.gateway_load", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.load.gateway_load", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--package", required=True, help="the model package to serve")
     p.add_argument("--int8", action="store_true", help="serve the int8 graphs")
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in clients:
             rows.append(measure(server, gw, requests, c))
             print(table(rows[-1:]).splitlines()[-1], flush=True)
-    out = {"command": " ".join(["python -m bench.gateway_load", *(argv if argv is not None else sys.argv[1:])]),
+    out = {"command": " ".join(["python -m bench.load.gateway_load", *(argv if argv is not None else sys.argv[1:])]),
            "package": str(args.package), "int8": args.int8, "threads": args.threads, "rows": rows,
            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Convert one of our checkpoints to a CTranslate2 model, for benchmarks on identical weights.
 
-    python -m bench.ct2_convert runs/small-ende bench/results/ct2-small-ende [--quantization int8] [--force]
+    python -m bench.peers.ct2_convert runs/small-ende bench/results/ct2-small-ende [--quantization int8] [--force]
 
 CTranslate2 is a benchmark dependency only (the ``bench`` extra); nothing in training/,
 export/ or server/ imports it. The mapping, layer by layer:

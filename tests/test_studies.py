@@ -1,48 +1,17 @@
-"""Smoke run of the cache benchmark on the tiny model: every engine runs and the JSON is written."""
+"""The studies of bench/studies/ on the tiny model: each computes what it says and prints its table."""
 
 from __future__ import annotations
 
 import json
 
-from bench.cache_speedup import main
-
-
-def test_cache_speedup_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
-    out = tmp_path / "bench.json"
-    sources = tmp_path / "sources.txt"
-    sources.write_text("Jesus wept.\nIn the beginning was the Word.\nHe said,\nAll things were made through him.\n")
-    assert main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--sentences", "4",
-                 "--source-file", str(sources),
-                 "--batch-sizes", "1,4", "--tokens", "8", "--repeats", "1", "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
-    engines = {r["engine"] for r in result["rows"]}
-    assert engines == {"pytorch, no cache", "pytorch, KV cache", "onnxruntime fp32, KV cache",
-                       "onnxruntime int8, KV cache"}
-    assert len(result["rows"]) == 8 and all(r["sentences_per_s"] > 0 for r in result["rows"])
-    assert "vs no cache" in capsys.readouterr().out
-
-
-def test_server_throughput_smoke(tiny_package, tmp_path, capsys):
-    from bench.server_throughput import main as server_main
-
-    sources = tmp_path / "sources.txt"
-    sources.write_text("Jesus wept.\nIn the beginning was the Word.\nHe said,\nPeace be with you.\n")
-    out = tmp_path / "server.json"
-    assert server_main(["--package", str(tiny_package), "--sentences", "16", "--source-file", str(sources),
-                        "--levels", "1,4", "--threads", "1", "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
-    assert [r["clients"] for r in result["rows"]] == [1, 4]
-    assert result["offline_sentences_per_s"] > 0 and all(r["sentences_per_s"] > 0 for r in result["rows"])
-    assert "vs offline" in capsys.readouterr().out
-
 
 def test_attention_layout_forms_compute_the_same_products(capsys):
-    """Every form bench/attention_layout.py times computes the product it names, on its layout."""
+    """Every form bench/studies/attention_layout.py times computes the product it names, on its layout."""
     import numpy as np
     import onnxruntime as ort
 
-    from bench.attention_layout import FORMS, LAYERS, graph
-    from bench.attention_layout import main as layout_main
+    from bench.studies.attention_layout import FORMS, LAYERS, graph
+    from bench.studies.attention_layout import main as layout_main
 
     rows, heads, d_head, positions = 3, 2, 4, 5
     rng = np.random.default_rng(0)
@@ -64,8 +33,8 @@ def test_attention_layout_forms_compute_the_same_products(capsys):
 
 
 def test_profile_decode_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
-    """bench/profile_decode.py on the tiny model: every timed part, CT2, step costs, operators."""
-    from bench.profile_decode import main as profile_main
+    """bench/studies/profile_decode.py on the tiny model: every timed part, CT2, step costs, operators."""
+    from bench.studies.profile_decode import main as profile_main
 
     sources = tmp_path / "sources.txt"
     sources.write_text("Jesus wept.\nIn the beginning was the Word.\nHe said,\nPeace be with you.\n")
@@ -80,15 +49,15 @@ def test_profile_decode_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
 
 
 def test_memory_bound_chain_and_weight_bytes(tiny_package, tmp_path, capsys):
-    """bench/memory_bound.py: its chain computes the products it times, a table only looked up
+    """bench/studies/memory_bound.py: its chain computes the products it times, a table only looked up
     by Gather is not counted as streamed, and a run over the tiny package prints both variants."""
     import numpy as np
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from bench.memory_bound import chain_graph, streamed_weight_bytes
-    from bench.memory_bound import main as memory_main
+    from bench.studies.memory_bound import chain_graph, streamed_weight_bytes
+    from bench.studies.memory_bound import main as memory_main
 
     model_bytes = chain_graph(pairs=2, d_model=4, d_ff=6)
     weights = {i.name: numpy_helper.to_array(i) for i in onnx.load_from_string(model_bytes).graph.initializer}
@@ -117,8 +86,8 @@ def test_memory_bound_chain_and_weight_bytes(tiny_package, tmp_path, capsys):
 
 
 def test_out_of_domain_scores_every_direction_the_package_serves(tiny_package, tmp_path, capsys):
-    from bench.out_of_domain import load
-    from bench.out_of_domain import main as ood_main
+    from bench.studies.out_of_domain import load
+    from bench.studies.out_of_domain import main as ood_main
 
     texts = load()
     assert set(texts) == {"en", "de", "fr", "es"} and all(len(v) == 30 for v in texts.values())
@@ -132,7 +101,7 @@ def test_out_of_domain_scores_every_direction_the_package_serves(tiny_package, t
 
 
 def test_norm_stability_report_measures_how_much_the_source_is_worth(tmp_path, toy_corpus, capsys):
-    from bench.norm_stability import last_model, report, source_use
+    from bench.studies.norm_stability import last_model, report, source_use
     from tests.test_train import tiny_run
     from training.train import train
 
@@ -148,8 +117,8 @@ def test_norm_stability_report_measures_how_much_the_source_is_worth(tmp_path, t
 
 
 def test_variant_ab_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
-    """bench.variant_ab on the tiny package: quality, invariance and speed rows for each variant."""
-    from bench.variant_ab import main as ab_main
+    """bench.studies.variant_ab on the tiny package: quality, invariance and speed rows for each variant."""
+    from bench.studies.variant_ab import main as ab_main
 
     out, tsv = tmp_path / "ab.json", tmp_path / "test.tsv"
     tsv.write_text("Jesus wept.\tJesus weinte.\nIn the beginning was the Word.\tIm Anfang war das Wort.\n"

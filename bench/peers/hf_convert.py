@@ -1,7 +1,7 @@
 """Convert one of our checkpoints to a Hugging Face Transformers model that computes the same function,
 and export that model with Optimum to ONNX, for benchmarks on identical weights.
 
-    python -m bench.hf_convert runs/small-ende bench/results/optimum-small-ende [--force]
+    python -m bench.peers.hf_convert runs/small-ende bench/results/optimum-small-ende [--force]
 
 writes the Optimum ONNX export (``ORTModelForSeq2SeqLM.from_pretrained(out_dir)`` loads it).
 Transformers and Optimum are benchmark dependencies only (the ``hf`` extra); nothing in

@@ -1,0 +1,27 @@
+"""server/child.py: nmt-serve as a child process, as benchmarks and tools start it."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server.child import ServerProcess, process_rss_mib
+from tests.server_harness import request
+
+
+def test_a_child_server_serves_then_stops_cleanly(tiny_package, tmp_path):
+    log = tmp_path / "server.log"
+    with ServerProcess(f"tiny={tiny_package}", threads=1, log=log) as server:
+        stub = pb_grpc.TranslatorStub(grpc.insecure_channel(server.address))
+        [translation] = stub.Translate(request("Jesus wept."), timeout=30).translations
+        assert translation.hypotheses[0].num_tokens > 0
+        assert process_rss_mib(server.pid) > 0
+    assert server.proc.returncode == 0  # SIGTERM: it drained and exited cleanly
+
+
+def test_a_child_that_cannot_start_says_so_with_its_exit_code(tmp_path):
+    with pytest.raises(RuntimeError, match=r"nmt-serve exited with code 2 before serving"), \
+            ServerProcess(tmp_path / "no-such-package", threads=1, log=tmp_path / "server.log"):
+        pass
+    assert "no-such-package is not valid: the directory does not exist" in (tmp_path / "server.log").read_text()
