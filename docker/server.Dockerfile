@@ -47,7 +47,18 @@ RUN set -eux; \
     fi; \
     if /opt/venv/bin/python -c 'import torch' 2>/dev/null; then echo "torch must not be in the server image" >&2; exit 1; fi
 
-COPY . /src
+# The sources (not COPY . : docker/wheels/, in the build context for the training image, stays out)
+COPY pyproject.toml README.md /src/
+COPY cli /src/cli
+COPY corpus /src/corpus
+COPY engine /src/engine
+COPY training /src/training
+COPY export /src/export
+COPY bench /src/bench
+COPY server /src/server
+COPY clients /src/clients
+COPY gateway /src/gateway
+COPY protos /src/protos
 RUN set -eux; \
     /opt/venv/bin/pip install --no-deps --no-build-isolation /src; \
     rm -rf /src; \

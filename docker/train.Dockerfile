@@ -3,10 +3,12 @@
 #   docker build -f docker/train.Dockerfile -t nmt-train .
 #   docker build -f docker/train.Dockerfile --build-arg TORCH_INDEX=<PyTorch's CPU wheel index URL> -t nmt-train:cpu .
 #
-# torch is pinned (TORCH_VERSION). Without TORCH_INDEX pip takes torch from the default
-# index, where the Linux build carries the CUDA libraries (several GB): right for a GPU
-# training machine. For a CPU-only image (the export job needs no GPU) pass the CPU
-# wheel index that PyTorch's "Get started" page gives as TORCH_INDEX: a few hundred MB.
+# torch is pinned (TORCH_VERSION). A torch wheel in docker/wheels/ is installed as it is
+# (an offline build, or a CPU wheel you already have: scripts/compose_e2e.sh puts the
+# host's there). Else, without TORCH_INDEX, pip takes torch from the default index, where
+# the Linux build carries the CUDA libraries (several GB): right for a GPU training
+# machine. For a CPU-only image (the export job needs no GPU) pass the CPU wheel index
+# that PyTorch's "Get started" page gives as TORCH_INDEX: a few hundred MB.
 # The export job in docker-compose.yml runs this image:
 #   nmt-export /checkpoints/CKPT /models/NAME --int8 --force
 ARG BASE_IMAGE=python:3.11-slim
@@ -20,6 +22,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
+COPY docker/wheels/ /tmp/wheels/
 RUN set -eux; \
     packages="tini ca-certificates"; \
     command -v python3 >/dev/null || packages="$packages python3 python3-venv"; \
@@ -28,11 +31,15 @@ RUN set -eux; \
     rm -rf /var/lib/apt/lists/*; \
     python3 -m venv /opt/venv; \
     /opt/venv/bin/pip install --upgrade pip "setuptools>=77" wheel; \
-    if [ -n "$TORCH_INDEX" ]; then \
+    wheel=$(ls /tmp/wheels/torch-"$TORCH_VERSION"[-+]*.whl 2>/dev/null | head -1 || true); \
+    if [ -n "$wheel" ]; then \
+        /opt/venv/bin/pip install "$wheel"; \
+    elif [ -n "$TORCH_INDEX" ]; then \
         /opt/venv/bin/pip install --index-url "$TORCH_INDEX" "torch==$TORCH_VERSION"; \
     else \
         /opt/venv/bin/pip install "torch==$TORCH_VERSION"; \
     fi; \
+    rm -rf /tmp/wheels; \
     /opt/venv/bin/python -c 'import torch; print("torch", torch.__version__)'; \
     if /opt/venv/bin/pip list 2>/dev/null | grep -qi '^nvidia-'; then \
         echo "NOTE: this image carries torch's CUDA libraries (several GB): right for GPU training;" \
@@ -46,7 +53,18 @@ RUN set -eux; \
     /opt/venv/bin/python -c 'from importlib.metadata import version; print("torch==" + version("torch"))' > /tmp/constraints.txt; \
     /opt/venv/bin/pip install -r /tmp/requirements.txt -c /tmp/constraints.txt
 
-COPY . /src
+# The sources (not COPY . : docker/wheels/, in the build context for the training image, stays out)
+COPY pyproject.toml README.md /src/
+COPY cli /src/cli
+COPY corpus /src/corpus
+COPY engine /src/engine
+COPY training /src/training
+COPY export /src/export
+COPY bench /src/bench
+COPY server /src/server
+COPY clients /src/clients
+COPY gateway /src/gateway
+COPY protos /src/protos
 RUN set -eux; \
     /opt/venv/bin/pip install --no-deps --no-build-isolation /src; \
     rm -rf /src; \

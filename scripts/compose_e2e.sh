@@ -8,9 +8,12 @@
 # 2. Builds the base image local/debian:bookworm with debootstrap (once; reused while it
 #    exists), trusting the host's CA certificates, and the server, balancer and
 #    Prometheus images on it. The training image (torch) is not built here.
-# 3. Makes a model package on the host with the project's .venv: exports
-#    $1 or $E2E_CHECKPOINT, else the model shipped in models/default/model.pt, else a tiny model
-#    trained for 200 steps (about 2 minutes).
+# 3. Makes a model package as README says: builds the training/export image (with the CPU
+#    torch wheel pip finds for the project's own torch version, put in docker/wheels/) and
+#    runs docker-compose's export service on $1 or $E2E_CHECKPOINT, else the model shipped
+#    in models/default/model.pt, else a tiny model trained on the host for 200 steps (about
+#    2 minutes). Without a CPU wheel of torch (and no TORCH_INDEX) the image would carry
+#    CUDA's libraries: then it says so and exports on the host with the project's .venv.
 # 4. Starts the CPU stack (2 replicas behind nginx, the HTTP gateway) and Prometheus,
 #    translates through the balancer and through the gateway (LibreTranslate's /translate:
 #    the same text), runs a short load test through the balancer, checks from each replica's own
@@ -35,6 +38,7 @@ WORK=$(mktemp -d -t nmt-compose-e2e.XXXXXX)
 STARTED=$(date +%s)
 DOCKERD_PID=""
 STACK_UP=""
+WHEEL=""  # the torch wheel this script put in docker/wheels/ (removed at the end)
 PY=.venv/bin/python
 
 log() { echo "[compose-e2e +$(($(date +%s) - STARTED))s] $*"; }
@@ -68,6 +72,7 @@ cleanup() {
     kill -0 "$DOCKERD_PID" 2>/dev/null && kill -KILL "$DOCKERD_PID" 2>/dev/null
   fi
   rm -rf "$WORK"
+  [ -z "$WHEEL" ] || rm -f "$WHEEL"
   if [ "$rc" -eq 0 ]; then log "PASSED in $(($(date +%s) - STARTED))s"; else log "failed (exit $rc)"; fi
   exit "$rc"
 }
@@ -143,7 +148,45 @@ elif [ -z "$ckpt" ]; then
     --directions en-de,de-en --threads 1 >"$WORK/train.log" 2>&1 || { tail -20 "$WORK/train.log"; fail "nmt-train"; }
   ckpt=$WORK/tiny
 fi
-if [ -n "$ckpt" ]; then
+# The export job as README runs it: docker-compose --profile export run --rm export.
+export_in_compose() {
+  local path dir name version
+  path=$(realpath "$1")
+  dir=$(dirname "$path") name=$(basename "$path")
+  version=$($PY -c 'import torch; print(torch.__version__.split("+")[0])')
+  if [ -z "${TORCH_INDEX:-}" ]; then
+    # The CPU wheel of the project's torch, from wherever pip finds it (a local wheel
+    # directory or index of this machine's pip configuration); a CUDA build is not used.
+    timeout 600 $PY -m pip download --quiet --no-deps --only-binary :all: -d "$WORK/wheel" "torch==$version" \
+      >"$WORK/wheel.log" 2>&1 || true
+    WHEEL=$(ls "$WORK"/wheel/torch-"$version"+cpu-*.whl 2>/dev/null | head -1 || true)
+    if [ -z "$WHEEL" ]; then
+      log "no CPU wheel of torch $version found by pip and no TORCH_INDEX: the export image would carry CUDA's" \
+          "libraries; exporting on the host instead"
+      return 1
+    fi
+    cp "$WHEEL" docker/wheels/ && WHEEL=docker/wheels/$(basename "$WHEEL")
+  fi
+  log "building the training/export image (torch $version for the CPU)"
+  TORCH_VERSION=$version timeout 1800 nice -n 10 "${COMPOSE[@]}" --profile export build export \
+    >"$WORK/build-export.log" 2>&1 || { tail -40 "$WORK/build-export.log"; fail "export image build failed"; }
+  rm -f "$WHEEL"; WHEEL=""
+  local size
+  size=$(docker image inspect -f '{{.Size}}' nmt-train)
+  log "export image: $((size / 1000000)) MB"
+  [ "$size" -lt 2500000000 ] || fail "the export image is $((size / 1000000)) MB: CUDA's libraries came in"
+  # The export container runs as its own user (uid 10001): it reads the checkpoint, writes the package.
+  chmod a+rx "$WORK" && chmod -R a+rX "$dir"
+  mkdir -p "$WORK/models" && chown 10001:10001 "$WORK/models"
+  log "exporting $1 with docker-compose --profile export run --rm export"
+  NMT_CHECKPOINTS=$dir NMT_CHECKPOINT=$name timeout 900 nice -n 10 "${COMPOSE[@]}" --profile export run --rm export \
+    >"$WORK/export.log" 2>&1 || { tail -20 "$WORK/export.log"; fail "the export service on $1"; }
+  [ -f "$WORK/models/default/model.json" ] || fail "the export service wrote no package"
+  for graph in encoder.int8.onnx decoder.int8.onnx encoder.fp16.onnx decoder.fp16.onnx; do
+    [ -f "$WORK/models/default/$graph" ] || fail "the exported package lacks $graph (README's export: int8 + fp16)"
+  done
+}
+if [ -n "$ckpt" ] && ! export_in_compose "$ckpt"; then
   log "exporting $ckpt"
   timeout 900 nice -n 10 .venv/bin/nmt-export "$ckpt" "$WORK/models/default" --int8 --force >"$WORK/export.log" 2>&1 \
     || { tail -20 "$WORK/export.log"; fail "nmt-export $ckpt"; }
