@@ -7,8 +7,11 @@ uvicorn's h11 protocol reads requests; ``protocol_class`` gives it a subclass th
 for ever: 20,000 of them exhausted the file descriptors, real requests timed out, and the
 accept loop's tracebacks grew the log by 150 MB in 40 s.
 
-- A connection beyond ``max_connections`` is answered 503 (Retry-After) and closed at once,
-  before anything is read from it.
+- At ``max_connections`` open, a new connection takes the place of the one that has waited
+  longest without a complete request (idle, or still sending its headers), which is closed:
+  a flood of idle connections cannot keep real clients out, since a real client sends its
+  request at once. Only when every open connection has a request in hand is the newcomer
+  answered 503 (Retry-After) and closed, before anything is read from it.
 - A request's headers must be in within ``header_seconds`` of the connection's opening (or of
   the previous response, on a kept-alive connection): a client that sent part of them gets
   408, one that sent nothing is closed.
@@ -49,6 +52,9 @@ class ConnectionGuard:
     open: int = 0
     refused: int = 0  # since the process started
     timed_out: int = 0
+    evicted: int = 0
+    # Open connections without a complete request, oldest first (a dict keeps insertion order).
+    waiting: dict[GuardedH11Protocol, None] = field(default_factory=dict)
     _unlogged: dict[str, int] = field(default_factory=dict)
     _logged_at: float = -FLOOD_LOG_EVERY
 
@@ -64,6 +70,8 @@ class ConnectionGuard:
         """Count a refused or timed-out connection; log the counts at most every FLOOD_LOG_EVERY s."""
         if what == "refused":
             self.refused += 1
+        elif what == "closed for newcomers":
+            self.evicted += 1
         else:
             self.timed_out += 1
         self._unlogged[what] = self._unlogged.get(what, 0) + 1
@@ -82,22 +90,32 @@ class GuardedH11Protocol(H11Protocol):
     guard: ConnectionGuard
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._refused = self.guard.open >= self.guard.max_connections
-        if self._refused:
-            self.guard.note("refused")
-            transport.write(self.guard.full)
-            transport.close()
-            return
-        self.guard.open += 1
-        self._state: object = None  # an h11 state (IDLE, SEND_BODY, DONE...)
+        guard = self.guard
+        self._refused = False
+        if guard.open >= guard.max_connections:
+            if guard.waiting:  # the longest-waiting connection without a request makes room
+                oldest = next(iter(guard.waiting))
+                del guard.waiting[oldest]
+                oldest.transport.close()
+                guard.note("closed for newcomers")
+            else:  # every connection has a request in hand
+                self._refused = True
+                guard.note("refused")
+                transport.write(guard.full)
+                transport.close()
+                return
+        guard.open += 1
+        self._state: object = h11.IDLE  # the client's h11 state (IDLE, SEND_BODY, DONE...)
         self._since = self.loop.time()
+        guard.waiting[self] = None
         super().connection_made(transport)
-        self._timer: asyncio.TimerHandle | None = self.loop.call_later(self.guard.header_seconds, self._check)
+        self._timer: asyncio.TimerHandle | None = self.loop.call_later(guard.header_seconds, self._check)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return
         self.guard.open -= 1
+        self.guard.waiting.pop(self, None)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -116,6 +134,10 @@ class GuardedH11Protocol(H11Protocol):
         state = self.conn.their_state
         if state is not self._state:
             self._state, self._since = state, self.loop.time()
+            if state is h11.IDLE:  # a kept-alive connection waits for its next request
+                self.guard.waiting[self] = None
+            else:
+                self.guard.waiting.pop(self, None)
 
     def _check(self) -> None:
         """Close a connection whose client has been in one phase too long; else look again

@@ -44,27 +44,67 @@ def guard(g: GatewayThread):
     return g.server.config.app.state.connections
 
 
-def test_a_connection_beyond_the_cap_is_503_at_once_and_idle_ones_are_closed(gw, caplog):
+def healthz(s: socket.socket) -> tuple[int, dict]:
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    return answer(s)
+
+
+def test_at_the_cap_a_newcomer_takes_the_place_of_the_longest_idle_connection(gw, caplog):
+    """A flood of connections that send nothing cannot keep a real client out: each newcomer
+    closes the connection that has waited longest without a request, and is served."""
     caplog.set_level(logging.WARNING, logger="nmt.http")
     idle = [connect(gw) for _ in range(3)]
-    wait_until(lambda: guard(gw).open == 3)
+    for i in range(3):  # the cap full of idle connections each time, the oldest first to go
+        wait_until(lambda: guard(gw).open == 3)
+        with connect(gw) as real:
+            assert healthz(real) == (200, {"status": "ok"})
+        idle[i].settimeout(10)
+        assert idle[i].recv(100) == b""  # closed without an answer
+        idle[i].close()
+        idle.append(connect(gw))  # the flood fills the place again
+    lines = [r.getMessage() for r in caplog.records if "turned away" in r.getMessage()]
+    assert lines == ["connections turned away since the last such line: 1 closed for newcomers (3 open, the "
+                     "limit is 3)"]
+    assert (guard(gw).evicted, guard(gw).refused) == (3, 0)
+    for s in idle[3:]:
+        s.close()
+    wait_until(lambda: guard(gw).open == 0)
+
+
+def test_at_the_cap_with_every_connection_busy_a_newcomer_is_503_at_once(gw, caplog):
+    caplog.set_level(logging.WARNING, logger="nmt.http")
+    busy = [connect(gw) for _ in range(3)]
+    for s in busy:  # each has its headers in and is sending a body: a request in hand
+        s.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{")
+    wait_until(lambda: guard(gw).open == 3 and not guard(gw).waiting)
     started = time.monotonic()
-    for _ in range(20):  # a flood beyond the cap: each refused at once, one log line for all
+    for _ in range(20):  # each refused at once, one log line for all
         with connect(gw) as extra:
             assert answer(extra) == (503, {"error": "this gateway has 3 connections open, its limit "
                                                     "(--max-connections); try again later"})
     assert time.monotonic() - started < 5
     lines = [r.getMessage() for r in caplog.records if "turned away" in r.getMessage()]
     assert lines == ["connections turned away since the last such line: 1 refused (3 open, the limit is 3)"]
-    for s in idle:  # they sent nothing within --header-seconds: closed without an answer
-        s.settimeout(10)
-        assert s.recv(100) == b""
+    for s in busy:  # their bodies never came within --body-seconds
+        assert answer(s)[0] == 408
         s.close()
     wait_until(lambda: guard(gw).open == 0)
     assert (guard(gw).refused, guard(gw).timed_out) == (20, 3)
     with connect(gw) as s:  # a real request is served again
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        assert answer(s) == (200, {"status": "ok"})
+        assert healthz(s) == (200, {"status": "ok"})
+
+
+def test_connections_that_send_nothing_are_closed_after_the_header_time(gw):
+    idle = [connect(gw) for _ in range(2)]
+    started = time.monotonic()
+    for s in idle:
+        s.settimeout(10)
+        assert s.recv(100) == b""
+        s.close()
+    assert 0.9 < time.monotonic() - started < 5  # --header-seconds 1 from the connection's opening
+    wait_until(lambda: guard(gw).open == 0)
+    assert guard(gw).timed_out == 2
 
 
 def test_slow_headers_and_slow_bodies_are_408(gw):

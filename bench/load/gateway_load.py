@@ -36,8 +36,9 @@ from server.child import ROOT, ServerProcess, stop_process
 class GatewayProcess:
     """``with GatewayProcess(grpc_address) as gw:`` -> an ``nmt-http`` answering on ``gw.url``."""
 
-    def __init__(self, grpc_address: str, start_timeout: float = 60.0) -> None:
+    def __init__(self, grpc_address: str, start_timeout: float = 60.0, log: Path | None = None) -> None:
         self.port = free_port()
+        self.log = log  # its stderr goes here (default: this process's)
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [sys.executable, "-m", "gateway.main", "--grpc-address", grpc_address, "--host", "127.0.0.1",
                      "--port", str(self.port), "--log-level", "WARNING"]
@@ -45,7 +46,10 @@ class GatewayProcess:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> GatewayProcess:
-        self.proc = subprocess.Popen(self.args, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+        stderr = self.log.open("ab") if self.log else None
+        self.proc = subprocess.Popen(self.args, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, stderr=stderr)
+        if stderr:
+            stderr.close()  # the child holds its own copy
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
