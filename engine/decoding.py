@@ -32,6 +32,19 @@ from engine.runtime import Runtime
 NEG_INF = -np.inf
 
 
+# The attention's softmax and weighted sums run over cache slots and source positions in
+# vectors of up to 16 floats, and a last, partial vector takes other instructions (on this
+# CPU a source of 43 positions padded to 44-47 gave other bits than unpadded). Buffers hold
+# a whole number of 16-column vectors, so every real column is computed the same way
+# whatever the width around it, alone or beside longer texts.
+VECTOR_COLUMNS = 16
+
+
+def whole_vectors(columns: int) -> int:
+    """``columns`` rounded up to a multiple of VECTOR_COLUMNS."""
+    return -(-columns // VECTOR_COLUMNS) * VECTOR_COLUMNS
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
     beam_size: int = 1
@@ -282,12 +295,14 @@ class Batch:
         self._new_cross(rows, width)
 
     def _new_cache(self, rows: int, slots: int) -> None:
+        slots = whole_vectors(slots)
         layers = range(self.rt.n_layers)
         self.past_k = [self.rt.cache(rows, slots, keys=True) for _ in layers]
         self.past_v = [self.rt.cache(rows, slots) for _ in layers]
         self.past_mask = np.zeros((rows, slots), dtype=bool)
 
     def _new_cross(self, rows: int, width: int) -> None:
+        width = whole_vectors(width)
         layers = range(self.rt.n_layers)
         self.cross_k = [self.rt.cache(rows, width, keys=True) for _ in layers]
         self.cross_v = [self.rt.cache(rows, width) for _ in layers]

@@ -16,6 +16,7 @@ from engine.decoding import (
     decode_all,
     encode_jobs,
     length_groups,
+    whole_vectors,
 )
 from engine.defaults import BOS_ID, EOS_ID, PAD_ID, default_max_len
 from engine.package import ModelPackage
@@ -117,6 +118,9 @@ def test_staggered_joins_mixed_greedy_and_beam_give_the_solo_results(setup):
         for j in batch.jobs:
             used = batch.past_mask[batch.rows_of[j.id]]
             assert (used == (np.arange(used.shape[1]) < j.step)).all(), (j.id, j.step, used.nonzero())
+        # Slots and source positions come in whole 16-column vectors (VECTOR_COLUMNS).
+        _, slots, width = batch.capacity
+        assert slots == whole_vectors(slots) and width == whole_vectors(width)
     for j, s in zip(jobs, solo):
         assert [h.tokens for h in j.result] == [h.tokens for h in s]
 
@@ -151,10 +155,10 @@ def test_source_width_narrows_when_the_longest_source_leaves(setup):
     batch = Batch(rt)
     batch.add(encode_jobs(rt, [*short, long]))
     wide = batch.src_mask.shape[1]
-    assert wide == len(long.src)
+    assert wide == whole_vectors(len(long.src))  # whole 16-column vectors (see VECTOR_COLUMNS)
     while long in batch.jobs:
         batch.remove({j.id for j in batch.step()})
-    assert batch.src_mask.shape[1] == max(len(j.src) for j in short) < wide
+    assert batch.src_mask.shape[1] == whole_vectors(max(len(j.src) for j in short)) < wide
     width = batch.src_mask.shape[1]
     assert all(c.shape[3] == width and c.flags.c_contiguous for c in batch.cross_k)  # (rows, H, Dh, S)
     assert all(c.shape[2] == batch.src_mask.shape[1] and c.flags.c_contiguous for c in batch.cross_v)
