@@ -475,7 +475,7 @@ def run(argv: list[str] | None) -> int:
         ct2_dir = args.ct2_model or args.out.parent / f"ct2-{ckpt_path.parent.name}-{ckpt_path.stem}"
         paths["ct2_model"] = str(convert(ckpt_path, ct2_dir, force=True))
     if any(e.startswith("optimum") for e in args.engines):
-        from bench import hf_convert
+        from bench.peers import hf_convert
 
         optimum_dir = args.optimum_model or args.out.parent / f"optimum-{ckpt_path.parent.name}-{ckpt_path.stem}"
         paths["optimum_model"] = str(hf_convert.export_optimum(hf_convert.load(ckpt_path)[0], optimum_dir, force=True))

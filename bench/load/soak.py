@@ -46,7 +46,7 @@ from pathlib import Path
 
 import grpc
 
-from bench import hostile
+from bench.load import hostile
 from cli import MAX_CONNECTIONS, free_port
 from clients.loadtest import percentile
 from nmt.v1 import translator_pb2 as pb
