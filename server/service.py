@@ -230,8 +230,30 @@ class TranslatorService(pb_grpc.TranslatorServicer):
 
         self.active += 1
         self.streams += 1
-        self._calls.add(asyncio.current_task())
+        handler = asyncio.current_task()
+        self._calls.add(handler)
         reader = None
+        finished = False
+
+        def finish(final: grpc.StatusCode) -> None:
+            """Once per stream: stop its tasks, free its call slot, count it."""
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            if reader:
+                reader.cancel()
+            for task in tasks:
+                task.cancel()
+            self.active -= 1
+            self.streams -= 1
+            self._calls.discard(handler)
+            self._observe("TranslateStream", final, start)
+
+        # A client that cancels while grpc is writing an answer leaves this generator suspended
+        # at its yield, and grpc closes it only when it is collected: the stream's slot and its
+        # count must not wait for that.
+        context.add_done_callback(lambda ctx: finish(_why_cancelled(ctx)) if ctx.cancelled() else None)
         try:
             try:
                 self._admit(stream=True)
@@ -267,17 +289,12 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             await context.abort(code, STOPPED)
         except Exception:
             if code == grpc.StatusCode.OK:  # not an abort of ours (those set the code first)
-                code = grpc.StatusCode.UNKNOWN
+                # The reader can see the client's cancel (as an error of the request stream)
+                # before this generator is cancelled: then it is the cancel that ended the call.
+                code = _why_cancelled(context) if context.cancelled() else grpc.StatusCode.UNKNOWN
             raise
         finally:
-            if reader:
-                reader.cancel()
-            for task in tasks:
-                task.cancel()
-            self.active -= 1
-            self.streams -= 1
-            self._calls.discard(asyncio.current_task())
-            self._observe("TranslateStream", code, start)
+            finish(code)
 
     async def stop_calls(self, wait: float = 1.0) -> None:
         """The drain's grace is used up: end every call still running with UNAVAILABLE (the
