@@ -328,16 +328,15 @@ class Batch:
     # slots leaves the sources' keys and values where they are (copying them too made a
     # batch's first growth, 32 rows x 16 -> 32 slots, 5-9 ms instead of about 3; about 0.7
     # once freed memory is reused, engine/memory.py).
-    def _resize_cache(self, rows: int, slots: int, keep: np.ndarray | None = None) -> None:
-        """New cache buffers of ``rows`` x ``slots``, the live rows copied over (their slots
-        ``keep`` only, moved to the front, when given)."""
+    def _resize_cache(self, rows: int, slots: int) -> None:
+        """New cache buffers of ``rows`` x ``slots``, the live rows copied over (their first
+        ``slots``: a row's tokens sit at their positions, so its used slots lead)."""
         n, old, old_mask = self.n, self._cache_columns(), self.past_mask
-        cols = slice(None) if keep is None else keep
-        kept = old_mask.shape[1] if keep is None else len(keep)
-        self._new_cache(rows, max(slots, kept))
+        kept = min(slots, old_mask.shape[1])
+        self._new_cache(rows, slots)
         for new, buf in zip(self._cache_columns(), old):  # (rows, H, slots, Dh)
-            new[:n, :, :kept] = buf[:n, :, cols]
-        self.past_mask[:n, :kept] = old_mask[:n, cols]
+            new[:n, :, :kept] = buf[:n, :, :kept]
+        self.past_mask[:n, :kept] = old_mask[:n, :kept]
 
     def _resize_cross(self, rows: int, width: int) -> None:
         """New cross-attention buffers of ``rows`` x ``width`` source positions, the live
@@ -400,15 +399,15 @@ class Batch:
         if not self.jobs:
             self._alloc(0, 0, 0)  # idle: give the memory back
             return
-        used = self.past_mask[:n].any(axis=0)
-        width = int(self.src_mask[:n].any(axis=0).nonzero()[0][-1]) + 1
         rows, slots, old_width = self.capacity
         # Every step reads all slots and the full source width of every row; when the
-        # oldest or the longest jobs have left, rebuild narrower buffers (one copy of the
-        # live rows) once the columns read for nothing are a quarter of those read.
-        if slots - int(used.sum()) - self.SLOT_CHUNK >= max(self.NARROW_MIN, slots // 4):
-            keep = used.nonzero()[0]
-            self._resize_cache(rows, len(keep) + self.SLOT_CHUNK, keep)
+        # longest targets or sources have left, rebuild narrower buffers (one copy of the
+        # live rows) once the columns read for nothing are a quarter of those read. Sizes
+        # are compared as allocated (whole vectors), so a rebuild always narrows.
+        narrower = whole_vectors(max(j.step for j in self.jobs) + self.SLOT_CHUNK)  # slots used: the longest target
+        if slots - narrower >= max(self.NARROW_MIN, slots // 4):
+            self._resize_cache(rows, narrower)
+        width = whole_vectors(max(len(j.src) for j in self.jobs))
         if old_width - width >= max(self.NARROW_MIN, old_width // 4):
             self._resize_cross(rows, width)
 

@@ -148,11 +148,15 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         self.cfg, self.metrics = cfg, metrics
         self.draining = False
         self.stopping = False  # the drain's grace is used up: calls still running end UNAVAILABLE
-        self.active = 0  # translation calls being handled (drain waits for them; admission counts them)
-        self._calls: set[asyncio.Task] = set()  # the handler tasks of those calls
+        self._calls: set[asyncio.Task] = set()  # handler tasks of the translation calls being handled
         self.streams = 0  # of which TranslateStream calls
         self._malformed_logged_at, self._malformed_unlogged = -LOG_EVERY, 0
         self.set_models(models)
+
+    @property
+    def active(self) -> int:
+        """Translation calls being handled: drain waits for them, admission counts them."""
+        return len(self._calls)
 
     def set_models(self, models: dict[str, LoadedModel]) -> None:
         self.models = models
@@ -162,7 +166,6 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     async def Translate(self, request: pb.TranslateRequest, context: grpc.aio.ServicerContext) -> pb.TranslateResponse:
         start = time.monotonic()
         code: grpc.StatusCode | None = grpc.StatusCode.OK
-        self.active += 1
         self._calls.add(asyncio.current_task())
         try:
             self._admit()
@@ -184,7 +187,6 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             await context.abort(e.code, e.message)
             raise  # unreachable: abort raises
         finally:
-            self.active -= 1
             self._calls.discard(asyncio.current_task())
             if code is not None:
                 self._observe("Translate", code, start)
@@ -228,7 +230,6 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             except Exception as e:  # the transport failed: the writer re-raises it
                 await results.put(e)
 
-        self.active += 1
         self.streams += 1
         handler = asyncio.current_task()
         self._calls.add(handler)
@@ -245,7 +246,6 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 reader.cancel()
             for task in tasks:
                 task.cancel()
-            self.active -= 1
             self.streams -= 1
             self._calls.discard(handler)
             self._observe("TranslateStream", final, start)
