@@ -37,12 +37,16 @@ def unpad(src: np.ndarray, pad: int) -> list[list[int]]:
 def decode_ids(rt: Runtime, sources: Sequence[Sequence[int]], options: DecodeOptions | None = None,
            max_len: int | None = None) -> list[list[Hypothesis]]:
     """Decode sources (tag + pieces + eos each) in one batch; n-best lists in input order."""
-    options = options or DecodeOptions()
+    return decode_all(rt, source_jobs(rt, sources, options or DecodeOptions(), max_len))
+
+
+def source_jobs(rt: Runtime, sources: Sequence[Sequence[int]], options: DecodeOptions,
+                max_len: int | None = None) -> list[Job]:
+    """One decoding job per source, bounded as the server bounds it (or by ``max_len``)."""
     p = rt.package
     ids = p.special_ids
-    jobs = [Job(list(s), options, max_len=max_len or default_max_len(len(s), p.max_target_tokens),
+    return [Job(list(s), options, max_len=max_len or default_max_len(len(s), p.max_target_tokens),
                 bos=ids["bos"], eos=ids["eos"], pad=ids["pad"]) for s in sources]
-    return decode_all(rt, jobs)
 
 
 def step_log_probs(rt: Runtime, src: np.ndarray, prefix: np.ndarray) -> np.ndarray:

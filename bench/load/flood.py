@@ -21,7 +21,6 @@ import asyncio
 import json
 import multiprocessing
 import multiprocessing.pool
-import os
 import resource
 import sys
 import tempfile
@@ -34,19 +33,13 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.load.gateway_load import GatewayProcess
+from bench.load.hostile import open_fds as open_files
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.child import ServerProcess, process_rss_mib
 
 RECONNECT_SECONDS = 0.5  # a flooder reopens a closed or refused connection after this
 PER_PROCESS = 9000  # connections one flooder holds at most (its open-files limit leaves room)
-
-
-def open_files(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return 0
 
 
 async def _hold(port: int, n: int, until: float) -> Counter:

@@ -37,11 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.decoding import Batch, DecodeOptions, Job, encode_jobs
-from engine.defaults import default_max_len
+from engine.decoding import Batch, DecodeOptions, encode_jobs
 from engine.package import ModelPackage
 from engine.runtime import Runtime
-from export.verify import cpu_runtime, decode_ids, step_log_probs
+from export.verify import cpu_runtime, decode_ids, source_jobs, step_log_probs
 
 BLEU_BATCH = 64
 
@@ -57,9 +56,7 @@ def continuous_ids(rt: Runtime, sources: list[list[int]], options: DecodeOptions
     """The best hypothesis of each source decoded with continuous batching: sources in input
     order join the running batch ``join`` at a time after each step while it has room for
     their beams within ``rows`` rows; finished jobs leave."""
-    ids = rt.package.special_ids
-    jobs = [Job(list(s), options, max_len=default_max_len(len(s), rt.package.max_target_tokens),
-                bos=ids["bos"], eos=ids["eos"], pad=ids["pad"]) for s in sources]
+    jobs = source_jobs(rt, sources, options)
     batch, pending = Batch(rt), list(jobs)
     while pending or batch.jobs:
         new = []
