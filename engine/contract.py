@@ -52,7 +52,10 @@ from __future__ import annotations
 PACKAGE_FORMAT = "nmt-model-package"
 PACKAGE_VERSION = 3  # 2: one cache tensor per layer, the step returns only the new keys/values; 3: keys transposed
 MANIFEST = "model.json"
-TOKENIZER = "tokenizer.model"
+TOKENIZER = "tokenizer.model"  # the SentencePiece model of packages nmt-export writes
+# An imported model's tokenizer (engine/tokenizer.py, kind "pieces"): SentencePiece models that cut the
+# source and join the target, and the table from their pieces to the model's ids.
+SOURCE_SPM, TARGET_SPM, VOCAB = "source.spm", "target.spm", "vocab.json"
 
 ENCODER = "encoder"
 DECODER = "decoder"

@@ -105,9 +105,12 @@ class Job:
     src: list[int]  # tag + pieces + eos
     options: DecodeOptions
     max_len: int
-    bos: int
+    bos: int  # the decoder's first input
     eos: int
     pad: int
+    # Tokens fed after bos before the search chooses any (NLLB's target-language code): forced,
+    # scored 0, not part of the output, not counted against max_len or min_len.
+    prefix: tuple[int, ...] = ()
     id: int = field(default_factory=lambda: next(_ids))
     step: int = 0  # tokens fed so far (the position of the next one)
     done: bool = False
@@ -126,9 +129,27 @@ class Job:
     def k(self) -> int:
         return self.options.beam_size
 
+    @property
+    def forcing(self) -> bool:
+        """The step's output is the prefix's next token, whatever the model says."""
+        return self.step < len(self.prefix)
+
+    @property
+    def no_eos(self) -> bool:
+        """eos is banned at this step (before ``min_len`` output tokens)."""
+        return self.step < len(self.prefix) + self.options.min_len
+
+    def _force(self) -> np.ndarray:
+        """A prefix step: every beam takes the forced token and stays in its row."""
+        self.last[:] = self.prefix[self.step]
+        self.step += 1
+        return np.arange(self.k)
+
     def advance(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
         """Beam search's step: consume this step's log-probabilities (k, V) and return each
         new beam's parent (the index of the beam it extends; dead beams: 0)."""
+        if self.forcing:
+            return self._force()
         vocab = logp.shape[1]
         cand = (self.scores[:, None] + logp).reshape(-1)
         top = best_candidates(cand, 2 * self.k)
@@ -141,6 +162,8 @@ class Job:
         ``values`` (k, K) running score + log-probability, best first, and their token ``ids``,
         K >= 2k (or the vocabulary). The 2k best of the k x K are the 2k best of all k x V;
         ties go to the lower (beam, token), as ``best_candidates`` breaks them."""
+        if self.forcing:
+            return self._force()
         rows = np.repeat(np.arange(self.k), values.shape[1])
         v, t = values.reshape(-1), ids.reshape(-1)
         top = np.lexsort((t, rows, -v))[: 2 * self.k]
@@ -152,6 +175,9 @@ class Job:
         """Greedy search's step, given the row's best token and its log-probability (the
         batch takes the argmax of all greedy rows at once). The batch also bans eos before
         ``min_len``, for greedy and beam rows alike."""
+        if self.forcing:
+            self._force()
+            return
         self.scores[0] += logp
         if token == self.eos:
             self._finish([Hypothesis(self.beams[0], float(self.scores[0]), self._attn(0))])
@@ -164,7 +190,7 @@ class Job:
 
     def _next_step(self) -> None:
         self.step += 1
-        if not self.done and self.step >= self.max_len:
+        if not self.done and self.step - len(self.prefix) >= self.max_len:
             self._finish_live()
 
     def _beam(self, cand_rows: np.ndarray, cand_tokens: np.ndarray, cand_scores: np.ndarray,
@@ -174,11 +200,14 @@ class Job:
         k = self.k
         alpha = self.options.alpha
         rows, tokens, scores = [], [], []
-        for row, token, score in zip(cand_rows.tolist(), cand_tokens.tolist(), cand_scores.tolist()):
+        for rank, (row, token, score) in enumerate(zip(cand_rows.tolist(), cand_tokens.tolist(),
+                                                       cand_scores.tolist())):
             if len(rows) == k or score == NEG_INF:
                 break
             if token == self.eos:
-                if len(self.finished) < k:
+                # Finished only among the k best (fairseq's and Transformers' rule): a
+                # hypothesis the beam would not have kept does not end the search.
+                if rank < k and len(self.finished) < k:
                     hyp = self.beams[row]
                     self.finished.append(Hypothesis(hyp, score / length_penalty(len(hyp) + 1, alpha),
                                                     self._attn(row)))
@@ -433,7 +462,8 @@ class Batch:
             buf[rows, :, slots] = new[:, :, 0]
         self.past_mask[rows, slots] = True
         logp = log_probs.astype(np.float32, copy=False)
-        early = [self.rows_of[j.id] for j in self.jobs if j.step < j.options.min_len]
+        logp[:, self.jobs[0].pad] = NEG_INF  # pad is no token (training never asks for it): never output
+        early = [self.rows_of[j.id] for j in self.jobs if j.no_eos]
         if early:  # no eos before a job's min_len
             logp[np.concatenate(early), self.jobs[0].eos] = NEG_INF
         if any(j.k == 1 for j in self.jobs):  # one argmax for every greedy row
@@ -596,7 +626,7 @@ class ResidentBatch:
         for j in self.jobs:
             if j.k > 1:
                 scores[self.rows_of[j.id]] = j.scores
-            if j.step < j.options.min_len:  # no eos before a job's min_len
+            if j.no_eos:  # no eos before a job's min_len
                 ban[self.rows_of[j.id]] = True
         k = min(max(1 if j.k == 1 else 2 * j.k for j in self.jobs), rt.package.dims.vocab_size)
         attention = any(j.options.attention for j in self.jobs)

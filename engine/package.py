@@ -21,9 +21,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import sentencepiece as spm
-
 from engine import contract
+from engine.tokenizer import PIECES, SENTENCEPIECE, TOKENIZER_KINDS, PackageTokenizer, TokenizerError
 
 
 class PackageError(ValueError):
@@ -67,8 +66,10 @@ class Manifest:
     """What model.json says about a model, less the files' sha256 (``write_manifest`` adds those)."""
 
     dims: Dimensions
-    special_ids: dict[str, int]  # pad, unk, bos, eos
-    language_tags: dict[str, int]  # language -> id of its <2xx> tag
+    special_ids: dict[str, int]  # pad, unk, bos (the decoder's first input), eos
+    # language -> id of the tag that starts a source to be translated into it (<2xx>). A package
+    # with a single target language (an imported one-pair model) may have none.
+    language_tags: dict[str, int]
     pairs: tuple[str, ...]  # "en-de", ...
     max_source_tokens: int
     max_target_tokens: int
@@ -76,6 +77,11 @@ class Manifest:
     # the device-resident step and rows optionally (packages exported before them lack them).
     graphs: tuple[str, ...] = contract.REQUIRED_GRAPHS
     provenance: dict[str, Any] = field(default_factory=dict)  # where the model came from (free-form)
+    tokenizer: str = SENTENCEPIECE  # the tokenizer's kind and files (engine/tokenizer.py)
+    # Language codes of models that name both languages (NLLB): language -> the id that starts
+    # a source in that language, and the id forced as the first output token of a target in it.
+    source_codes: dict[str, int] = field(default_factory=dict)
+    target_codes: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """model.json's content without ``files``; each graph's input and output names come
@@ -91,6 +97,10 @@ class Manifest:
             "graphs": {graph: {"inputs": list(inputs), "outputs": list(outputs)}
                        for graph, (inputs, outputs) in names.items() if graph in self.graphs},
             "provenance": dict(self.provenance),
+            # Written only when not the default, so packages from before the key keep their checksum.
+            **({"tokenizer": self.tokenizer} if self.tokenizer != SENTENCEPIECE else {}),
+            **({"source_codes": dict(self.source_codes)} if self.source_codes else {}),
+            **({"target_codes": dict(self.target_codes)} if self.target_codes else {}),
         }
 
     @staticmethod
@@ -101,7 +111,8 @@ class Manifest:
                         language_tags=dict(m["language_tags"]), pairs=tuple(m["pairs"]),
                         max_source_tokens=int(m["max_source_tokens"]), max_target_tokens=int(m["max_target_tokens"]),
                         graphs=tuple(g for g in _GRAPHS if g in m["graphs"]),
-                        provenance=dict(m.get("provenance", {})))
+                        provenance=dict(m.get("provenance", {})), tokenizer=m.get("tokenizer", SENTENCEPIECE),
+                        source_codes=dict(m.get("source_codes", {})), target_codes=dict(m.get("target_codes", {})))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,14 +135,31 @@ class ModelPackage(Manifest):
 
     @property
     def tokenizer_path(self) -> Path:
-        return self.path / contract.TOKENIZER
+        """The SentencePiece model of a package nmt-export wrote (an imported model's source side)."""
+        return self.path / (contract.TOKENIZER if self.tokenizer == SENTENCEPIECE else contract.SOURCE_SPM)
+
+    def load_tokenizer(self) -> PackageTokenizer:
+        """Text <-> this model's ids (its files were checked when the package loaded)."""
+        special = {*self.special_ids.values(), *self.language_tags.values(), *self.source_codes.values(),
+                   *self.target_codes.values()}
+        return PackageTokenizer.load(self.path, self.tokenizer, frozenset(special))
 
     def supports(self, source: str, target: str) -> bool:
         return f"{source}-{target}" in self.pairs
 
-    def source_ids(self, pieces: list[int], target: str) -> list[int]:
-        """What the encoder reads: the target language's tag, the source's pieces, eos."""
-        return [self.language_tags[target], *pieces, self.special_ids["eos"]]
+    def source_ids(self, pieces: list[int], target: str, source: str = "") -> list[int]:
+        """What the encoder reads: the target language's tag (models with tags), the source
+        language's code (models with codes), the source's pieces, eos."""
+        tag, code = self.language_tags.get(target), self.source_codes.get(source)
+        if self.source_codes and code is None:
+            raise ValueError(f"this model needs the source language, one of {', '.join(sorted(self.source_codes))}")
+        return [*(() if tag is None else (tag,)), *(() if code is None else (code,)), *pieces,
+                self.special_ids["eos"]]
+
+    def target_prefix(self, target: str) -> tuple[int, ...]:
+        """Tokens forced at the start of a translation into ``target`` (a Job's ``prefix``)."""
+        code = self.target_codes.get(target)
+        return () if code is None else (code,)
 
     @classmethod
     def load(cls, path: str | Path, verify_hashes: bool = True) -> ModelPackage:
@@ -169,29 +197,41 @@ class ModelPackage(Manifest):
         variants = _variants(files, contract.REQUIRED_GRAPHS)
         if "fp32" not in variants:
             problems.append("the fp32 encoder.onnx and decoder.onnx are not both listed in files")
-        if contract.TOKENIZER not in files:
-            problems.append(f"{contract.TOKENIZER} is not listed in files")
+        kind = m.get("tokenizer", SENTENCEPIECE)
+        for name in tokenizer_files(kind):
+            if name not in files:
+                problems.append(f"{name} is not listed in files")
         if problems:
             raise PackageError(path, problems)
         manifest = Manifest.from_json(m)
-        problems = tokenizer_problems(manifest, path / contract.TOKENIZER)
+        problems = tokenizer_problems(manifest, path)
         if problems:
             raise PackageError(path, problems)
         return cls(**_manifest_values(manifest), path=path, variants=variants,
                    resident_variants=_variants(files, contract.RESIDENT_GRAPHS))
 
 
-def tokenizer_problems(manifest: Manifest, tokenizer: Path) -> list[str]:
-    """Where model.json and the tokenizer disagree: the vocabulary's size, the special ids, and
-    each language tag, which must be the piece <2xx> of its language."""
+def tokenizer_files(kind: str) -> tuple[str, ...]:
+    """The files a package's tokenizer needs (``target.spm`` is optional for ``pieces``)."""
+    return (contract.TOKENIZER,) if kind == SENTENCEPIECE else (contract.SOURCE_SPM, contract.VOCAB)
+
+
+def tokenizer_problems(manifest: Manifest, path: Path) -> list[str]:
+    """Where model.json and the tokenizer in ``path`` disagree: the vocabulary's size, the
+    special ids, and each language tag, which must be the piece <2xx> of its language (a
+    SentencePiece tokenizer of ours) or a piece of the vocabulary (an imported one)."""
     try:
-        sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
-    except (OSError, RuntimeError) as e:
-        return [f"{contract.TOKENIZER} does not load: {str(e).strip().splitlines()[0][:200]}"]
-    size = sp.get_piece_size()
+        tok = PackageTokenizer.load(path, manifest.tokenizer)
+    except TokenizerError as e:
+        return [str(e)]
+    size = tok.get_piece_size()
+    name = contract.TOKENIZER if manifest.tokenizer == SENTENCEPIECE else contract.VOCAB
     if size != manifest.dims.vocab_size:
-        return [f"{contract.TOKENIZER} has {size} pieces, model.json says {manifest.dims.vocab_size}"]
+        return [f"{name} has {size} pieces, model.json says {manifest.dims.vocab_size}"]
+    if manifest.tokenizer == PIECES:
+        return []  # its special ids and tags are ids of the model's vocabulary: checked with model.json
     problems = []
+    sp = tok.source
     ids = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}
     for name, given in manifest.special_ids.items():
         if given != ids[name]:
@@ -226,7 +266,7 @@ def _not_a_package(path: Path) -> str:
 
 _REQUIRED = ("format", "format_version", "model", "special_ids", "language_tags", "pairs", "max_source_tokens",
              "max_target_tokens", "graphs", "files", "checksum")
-_OPTIONAL = ("provenance",)
+_OPTIONAL = ("provenance", "tokenizer", "source_codes", "target_codes")
 _GRAPHS = (*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS)  # every graph a package may hold, in order
 
 
@@ -243,7 +283,7 @@ def validate_manifest(m: Any) -> list[str]:
     if problems:
         return problems
     for key, kind in (("special_ids", dict), ("language_tags", dict), ("pairs", list), ("graphs", dict),
-                      ("files", dict), ("provenance", dict)):
+                      ("files", dict), ("provenance", dict), ("source_codes", dict), ("target_codes", dict)):
         if key in m and not isinstance(m[key], kind):
             problems.append(f"{key} must be a JSON {'object' if kind is dict else 'array'}")
     if problems:
@@ -265,7 +305,8 @@ def validate_manifest(m: Any) -> list[str]:
     vocab = dims.get("vocab_size") if isinstance(dims, dict) else None
     if isinstance(vocab, int) and vocab > 0:
         # An id outside the vocabulary fails inside the graphs, on every request that uses it.
-        for kind, ids in (("special_ids", m["special_ids"]), ("language_tags", m["language_tags"])):
+        for kind, ids in (("special_ids", m["special_ids"]), ("language_tags", m["language_tags"]),
+                          ("source_codes", m.get("source_codes", {})), ("target_codes", m.get("target_codes", {}))):
             for key, value in (ids.items() if isinstance(ids, dict) else ()):
                 if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab:
                     problems.append(f"{kind}.{key} is {value!r}, not an id of the {vocab}-piece vocabulary")
@@ -279,9 +320,18 @@ def validate_manifest(m: Any) -> list[str]:
         elif isinstance(positions, int) and value > positions:
             # Longer inputs would pass the server's checks and then fail inside the graphs (INTERNAL).
             problems.append(f"{key} is {value}, more than the model's {positions} positions")
+    if m.get("tokenizer", SENTENCEPIECE) not in TOKENIZER_KINDS:
+        problems.append(f"tokenizer is {m['tokenizer']!r}, not one of {', '.join(TOKENIZER_KINDS)}")
+    targets = {str(pair).partition("-")[2] for pair in m["pairs"]}
+    codes = m.get("source_codes", {}), m.get("target_codes", {})
     for pair in m["pairs"]:
-        tgt = str(pair).partition("-")[2]
-        if tgt not in m["language_tags"]:
+        src, _, tgt = str(pair).partition("-")
+        if codes[0] or codes[1]:  # a model with language codes: both languages must have theirs
+            for name, lang, table in (("source_codes", src, codes[0]), ("target_codes", tgt, codes[1])):
+                if lang not in table:
+                    problems.append(f"pair {pair} needs {lang!r} in {name}")
+        elif tgt not in m["language_tags"] and (m["language_tags"] or len(targets) > 1):
+            # Untagged sources are fine only where there is one target language to translate into.
             problems.append(f"pair {pair} needs a tag for {tgt!r} in language_tags")
     unknown_graphs = sorted(set(m["graphs"]) - set(_GRAPHS))
     if unknown_graphs:

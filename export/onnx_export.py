@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from engine.defaults import SPECIAL_IDS
 from engine.package import Dimensions, Manifest, ModelPackage, write_manifest
 from export.examples import example_inputs
 from training import checkpoint as ckpt_io
-from training.config import EOS_ID, PAD_ID, RunConfig
+from training.config import EOS_ID, ModelConfig, RunConfig
 from training.model import Transformer
 from training.tokenizer import Tokenizer
 
@@ -76,6 +77,8 @@ class DecoderStepGraph(nn.Module):
         cross_k, cross_v, past_k, past_v = (caches[i * n:(i + 1) * n] for i in range(4))
         out = self.model.decode_step(input_ids, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v)
         logits = torch.matmul(out.hidden[:, -1], self.output_weight)  # (B, V)
+        if self.model.output_bias is not None:
+            logits = logits + self.model.output_bias
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         return (log_probs, *out.new_k, *out.new_v, out.cross_attention[:, -1])
 
@@ -168,7 +171,7 @@ def check_graphs(model: Transformer, enc_path: Path, dec_path: Path,
         for b, s, p in sizes:
             ids = torch.randint(4, model.cfg.vocab_size, (b, s))
             if b > 1:
-                ids[-1, -1] = PAD_ID  # a padded source row
+                ids[-1, -1] = model.cfg.pad_id  # a padded source row
             ref = EncoderGraph(model)(ids)
             got = enc.run(None, {contract.SRC_IDS: ids.numpy()})
             worst = max(worst, *(float(np.abs(g - r.numpy()).max()) for g, r in zip(got, ref)))
@@ -221,19 +224,52 @@ def validate(path: Path, out_dir: Path, force: bool) -> tuple[list[str], dict[st
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = False, fp16: bool = False,
                       force: bool = False, log=print) -> ModelPackage:
     """Run the whole pipeline and return the validated package."""
-    from export import quantize, resident
-
     out_dir = Path(out_dir)
     path = ckpt_io.resolve(checkpoint)
     problems, ckpt = validate(path, out_dir, force)
     if problems:
         raise ValueError(f"cannot export {checkpoint}: " + "; ".join(problems))
     assert ckpt is not None
-    started = time.monotonic()
     model, cfg = ckpt_io.model_from(ckpt)  # validate() loaded (and checked) it: not read twice
     tokenizer = ckpt_io.load_tokenizer(ckpt)
-    # Build in a temporary directory next to the target and move it in place at the end,
-    # so a failed export never leaves a half-written package behind.
+    pairs = list(cfg.data.directions)
+    targets = sorted({parse_direction(p)[1] for p in pairs})
+    dev_bleu = next((h["dev_bleu"] for h in reversed(ckpt.get("history", [])) if "dev_bleu" in h), None)
+
+    def manifest(worst: float) -> Manifest:
+        return Manifest(
+            dims=dimensions(cfg.model), special_ids=dict(SPECIAL_IDS),
+            language_tags={lang: tokenizer.tag_id(lang) for lang in targets}, pairs=tuple(pairs),
+            # Source: tag + pieces + eos must fit the positions; target: bos + pieces + eos.
+            max_source_tokens=cfg.model.max_positions, max_target_tokens=cfg.model.max_positions - 1,
+            graphs=(*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS),  # write_package writes all four
+            # The checkpoint's sha256 tells whether a package is up to date (scripts/run.sh).
+            provenance={"checkpoint": path.name, "checkpoint_sha256": ckpt_io.sha256_file(path),
+                        "step": ckpt.get("step"), "averaged": ckpt.get("averaged"),
+                        "dev_bleu": dev_bleu, "config": asdict(cfg), "opset": OPSET,
+                        "torch": torch.__version__, "max_abs_diff_vs_torch": worst,
+                        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+    return write_package(model, {contract.TOKENIZER: tokenizer.model_proto}, manifest, out_dir, int8=int8,
+                         fp16=fp16, eos_id=EOS_ID, log=log)
+
+
+def dimensions(m: ModelConfig) -> Dimensions:
+    return Dimensions(d_model=m.d_model, n_heads=m.n_heads, d_head=m.d_model // m.n_heads,
+                      n_encoder_layers=m.n_encoder_layers, n_decoder_layers=m.n_decoder_layers,
+                      vocab_size=m.vocab_size, max_positions=m.max_positions)
+
+
+def write_package(model: Transformer, files: dict[str, bytes], manifest: Callable[[float], Manifest],
+                  out_dir: Path, int8: bool, fp16: bool, eos_id: int, log=print) -> ModelPackage:
+    """The pipeline every package goes through (a checkpoint of ours, an imported model): the
+    four graphs, checked against PyTorch, their variants, the tokenizer ``files`` (name ->
+    bytes) and the manifest, which ``manifest(max |diff| vs PyTorch)`` gives. Built in a
+    temporary directory beside ``out_dir`` and moved in place at the end, so a failed export
+    never leaves a half-written package behind."""
+    from export import quantize, resident
+
+    started = time.monotonic()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -242,10 +278,10 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
         worst = check_graphs(model, enc_path, dec_path)
         step_path, rows_path = (work / contract.graph_file(g) for g in contract.RESIDENT_GRAPHS)
         with _quiet(), torch.no_grad():
-            resident.export_resident_graphs(model.eval(), EOS_ID, step_path, rows_path, OPSET)
+            resident.export_resident_graphs(model.eval(), eos_id, step_path, rows_path, OPSET)
         _inline_external_data(step_path)
         _inline_external_data(rows_path)
-        worst = max(worst, resident.check_resident_graphs(model, step_path, rows_path))
+        worst = max(worst, resident.check_resident_graphs(model, step_path, rows_path, eos_id))
         log(f"[2/4] onnxruntime vs PyTorch at untraced sizes: max |diff| {worst:.2e}")
         if worst > 1e-4:
             raise RuntimeError(f"exported graphs differ from PyTorch by {worst:.2e} (> 1e-4)")
@@ -257,29 +293,9 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
                     quantize.to_int8(graph_path, work / graph_path.name.replace(".onnx", ".int8.onnx"))
                 if fp16:
                     quantize.to_fp16(graph_path, work / graph_path.name.replace(".onnx", ".fp16.onnx"))
-        (work / contract.TOKENIZER).write_bytes(tokenizer.model_proto)
-        pairs = list(cfg.data.directions)
-        targets = sorted({parse_direction(p)[1] for p in pairs})
-        dev_bleu = next((h["dev_bleu"] for h in reversed(ckpt.get("history", [])) if "dev_bleu" in h), None)
-        m = cfg.model
-        manifest = Manifest(
-            dims=Dimensions(d_model=m.d_model, n_heads=m.n_heads, d_head=m.d_model // m.n_heads,
-                            n_encoder_layers=m.n_encoder_layers, n_decoder_layers=m.n_decoder_layers,
-                            vocab_size=m.vocab_size, max_positions=m.max_positions),
-            special_ids=dict(SPECIAL_IDS),
-            language_tags={lang: tokenizer.tag_id(lang) for lang in targets},
-            pairs=tuple(pairs),
-            # Source: tag + pieces + eos must fit the positions; target: bos + pieces + eos.
-            max_source_tokens=m.max_positions, max_target_tokens=m.max_positions - 1,
-            graphs=(*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS),  # all four were written above
-            # The checkpoint's sha256 tells whether a package is up to date (scripts/run.sh).
-            provenance={"checkpoint": path.name, "checkpoint_sha256": ckpt_io.sha256_file(path),
-                        "step": ckpt.get("step"), "averaged": ckpt.get("averaged"),
-                        "dev_bleu": dev_bleu, "config": asdict(cfg), "opset": OPSET,
-                        "torch": torch.__version__, "max_abs_diff_vs_torch": worst,
-                        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-        )
-        write_manifest(work, manifest)
+        for name, content in files.items():
+            (work / name).write_bytes(content)
+        write_manifest(work, manifest(worst))
         if out_dir.exists():
             shutil.rmtree(out_dir)
         work.rename(out_dir)

@@ -48,9 +48,12 @@ class StepGraph(nn.Module):
         past_v = [c.index_select(0, reorder) for c in cache_v]  # (B, H, P, Dh)
         out = self.model.decode_step(input_ids, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v)
         logits = torch.matmul(out.hidden[:, -1], self.output_weight)  # (B, V)
+        if self.model.output_bias is not None:
+            logits = logits + self.model.output_bias
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         vocab = torch.arange(log_probs.size(1), device=log_probs.device)
-        banned = ban_eos[:, None] & (vocab == self.eos_id)[None, :]
+        # eos where a row may not end yet; pad never (it is no token: training never asks for it)
+        banned = (ban_eos[:, None] & (vocab == self.eos_id)[None, :]) | (vocab == self.model.cfg.pad_id)[None, :]
         log_probs = torch.where(banned, torch.full_like(log_probs, float("-inf")), log_probs)
         cand = scores[:, None] + log_probs
         values, ids = torch.topk(cand, top_k.size(0), dim=1, largest=True, sorted=True)
@@ -176,7 +179,7 @@ STEP_CHECK_SIZES = ((1, 3, 0, 1), (4, 7, 6, 8), (2, 2, 0, 2), (1, 9, 3, 1))
 ROWS_CHECK_SIZES = ((0, 0, 0, 2, 4), (3, 6, 5, 0, 1), (5, 8, 2, 1, 3), (2, 2, 1, 2, 9))
 
 
-def check_resident_graphs(model: Transformer, step_path, rows_path) -> float:
+def check_resident_graphs(model: Transformer, step_path, rows_path, eos_id: int = EOS_ID) -> float:
     """Max |difference| between PyTorch and onnxruntime for both graphs at untraced sizes;
     top_ids and the rows graph (pure data movement) must match exactly."""
     import numpy as np
@@ -187,7 +190,7 @@ def check_resident_graphs(model: Transformer, step_path, rows_path) -> float:
     step = ort.InferenceSession(str(step_path), opts, providers=["CPUExecutionProvider"])
     rows = ort.InferenceSession(str(rows_path), opts, providers=["CPUExecutionProvider"])
     worst = 0.0
-    graph = StepGraph(model, EOS_ID)
+    graph = StepGraph(model, eos_id)
     with torch.no_grad():
         for b, s, p, k in STEP_CHECK_SIZES:
             inputs = step_example(model, b, s, p, min(k, model.cfg.vocab_size), seed=b * 100 + s)

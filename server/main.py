@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-import sentencepiece as spm
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
@@ -82,7 +81,7 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
         try:
             runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=cfg.spin_threads,
                                                       resident=cfg.device_resident))
-            tokenizer = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
+            tokenizer = package.load_tokenizer()
         except DeviceError as e:  # the GPU was asked for and cannot be used: the reason is the message
             raise StartupError(f"model {name} ({package.path}) does not load: {e}") from None
         except Exception as e:  # a graph or tokenizer that does not load, whatever the library raises
@@ -113,8 +112,10 @@ def warm_up(model: LoadedModel) -> None:
     package, special = model.package, model.package.special_ids
     ended = []
     for pair in package.pairs:
-        src = package.source_ids(model.tokenizer.encode(WARM_UP_TEXT), parse_direction(pair)[1])
-        ids = {"bos": special["bos"], "eos": special["eos"], "pad": special["pad"]}
+        source, target = parse_direction(pair)
+        src = package.source_ids(model.tokenizer.encode(WARM_UP_TEXT), target, source)
+        ids = {"bos": special["bos"], "eos": special["eos"], "pad": special["pad"],
+               "prefix": package.target_prefix(target)}
         for beam, max_len in ((1, 4), (2, 4), (1, default_max_len(len(src), package.max_target_tokens))):
             try:
                 [hyps] = decode_all(model.scheduler.rt, [Job(src, DecodeOptions(beam_size=beam), max_len=max_len,

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import grpc
 import numpy as np
-import sentencepiece as spm
 
 from engine.decoding import DecodeOptions, Hypothesis, Job, StopReason
 from engine.defaults import LENGTH_PENALTY, default_max_len
 from engine.package import ModelPackage
 from engine.placeholders import Protector, restore
+from engine.tokenizer import PackageTokenizer
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import segment
@@ -124,7 +124,7 @@ class RequestLimits:
 class LoadedModel:
     name: str
     package: ModelPackage
-    tokenizer: spm.SentencePieceProcessor
+    tokenizer: PackageTokenizer
     scheduler: Scheduler
     limits: RequestLimits
 
@@ -406,13 +406,14 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         sp = model.tokenizer
         special = model.package.special_ids
         max_tokens = limits.tokens_per_sentence
+        prefix = model.package.target_prefix(target)
         plans: list[list[Segment]] = []
         total = 0
         for i, (text, text_spans) in enumerate(zip(request.texts, spans)):
             plan = []
             for j, (start, end) in enumerate(text_spans):
                 protected = model.protector.protect(text[start:end])  # the text itself when protection is off
-                ids = model.package.source_ids(sp.encode(protected.text), target)
+                ids = model.package.source_ids(sp.encode(protected.text), target, source)
                 if len(ids) > max_tokens:
                     where = f"texts[{i}]" if len(text_spans) == 1 else \
                         f"texts[{i}], sentence {j + 1} of {len(text_spans)} {shown(text[start:end])}"
@@ -421,7 +422,8 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 total += len(ids)
                 limit = fixed_max_len or default_max_len(len(ids), limits.output_tokens)
                 plan.append(Segment((start, end), Job(ids, options, max_len=limit, bos=special["bos"],
-                                                      eos=special["eos"], pad=special["pad"]), protected.originals))
+                                                      eos=special["eos"], pad=special["pad"], prefix=prefix),
+                                    protected.originals))
             plans.append(plan)
         if total > limits.tokens:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,

@@ -17,6 +17,9 @@ from typing import Any, TypeVar, get_type_hints
 from corpus.bible import DEFAULT_VERSIONS
 from engine.defaults import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # noqa: F401 (re-exported: defined once there)
 
+ACTIVATIONS = ("relu", "swish", "gelu")
+POSITIONS = ("sinusoidal", "table")
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -32,10 +35,21 @@ class ModelConfig:
     pre_norm: bool = False  # False: post-LN as published
     max_positions: int = 1024
     pad_id: int = PAD_ID
+    # What imported models (export/hf_import.py: OPUS-MT, NLLB) differ in; the defaults are the paper's.
+    activation: str = "relu"  # the feed-forward's: relu (paper), swish (Marian), gelu
+    scale_embedding: bool = True  # embeddings x sqrt(d_model) before the positions are added (paper, 3.4)
+    # "sinusoidal": the paper's table, computed (sin at even, cos at odd features); "table": a fixed table
+    # stored with the weights (an imported model's own layout and offset, copied row by row).
+    positions: str = "sinusoidal"
+    output_bias: bool = False  # a bias on the output logits (Marian's final_logits_bias)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r} is not one of {', '.join(ACTIVATIONS)}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions={self.positions!r} is not one of {', '.join(POSITIONS)}")
         if self.vocab_size <= 4:
             raise ValueError(f"vocab_size={self.vocab_size} leaves no room beside the 4 special ids")
 

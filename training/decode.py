@@ -83,7 +83,9 @@ class _Decoder:
             past_k, past_v, past_mask = m.empty_cache(b, tokens.device, self.cross_k[0].dtype)
             out = m.decode_step(self.prefix, positions, past_mask, self.src_mask,
                                 self.cross_k, self.cross_v, past_k, past_v)
-        return torch.log_softmax(m.project(out.hidden[:, -1]).float(), dim=-1)
+        logp = torch.log_softmax(m.project(out.hidden[:, -1]).float(), dim=-1)
+        logp[:, m.cfg.pad_id] = -float("inf")  # pad is no token (training never asks for it): never output
+        return logp
 
 
 @torch.no_grad()
@@ -125,7 +127,9 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int
     """Batched beam search; returns the ``n_best`` hypotheses of each source, best first.
 
     Every step takes the top 2K continuations of each source's K beams; those ending in
-    eos are finished (scored by logprob / GNMT length penalty), the best K others go on.
+    eos among the top K are finished (scored by logprob / GNMT length penalty), the best K
+    others go on (as in fairseq and Transformers: a finished hypothesis must be one the
+    beam would have kept).
     A source stops once it has K finished hypotheses (or at its length limit, see
     ``row_limits``, where its live beams are finished as they stand).
     """
@@ -152,14 +156,14 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, n_best: int
         new_beam_tokens: list[list[int]] = []
         for i in range(b):
             kept = 0
-            for score, flat in zip(top_scores[i].tolist(), top_ids[i].tolist()):
+            for rank, (score, flat) in enumerate(zip(top_scores[i].tolist(), top_ids[i].tolist())):
                 if kept == k:
                     break
                 row, token = i * k + flat // vocab, flat % vocab
                 if score == -float("inf"):
                     break
                 if token == EOS_ID:
-                    if not done[i] and len(finished[i]) < k:
+                    if rank < k and not done[i] and len(finished[i]) < k:
                         hyp = beam_tokens[row]
                         finished[i].append(Decoded(hyp, score / length_penalty(len(hyp) + 1, alpha)))
                     continue

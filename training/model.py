@@ -111,17 +111,21 @@ class MultiHeadAttention(nn.Module):
         return self.w_o(out), weights
 
 
-class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2."""
+ACTIVATION_FUNCTIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}  # the names of ModelConfig.activation
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float) -> None:
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (the paper's ReLU; swish or GELU for imported models)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float, activation: str = "relu") -> None:
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(activation_dropout)
+        self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))
 
 
 class SublayerConnection(nn.Module):
@@ -153,11 +157,12 @@ def sinusoidal_table(max_positions: int, d_model: int) -> Tensor:
 
 
 class PositionalEncoding(nn.Module):
-    """A fixed sinusoidal table looked up by explicit positions."""
+    """A fixed table looked up by explicit positions: the paper's sinusoids, computed, or
+    (``stored``) a table kept with the weights, such as an imported model's own."""
 
-    def __init__(self, max_positions: int, d_model: int) -> None:
+    def __init__(self, max_positions: int, d_model: int, stored: bool = False) -> None:
         super().__init__()
-        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=stored)
 
     def forward(self, positions: Tensor) -> Tensor:
         return self.table[positions]  # (B, T) -> (B, T, D)
@@ -167,7 +172,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.sublayer = nn.ModuleList(SublayerConnection(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(2))
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
@@ -183,7 +188,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.sublayer = nn.ModuleList(SublayerConnection(cfg.d_model, cfg.dropout, cfg.pre_norm) for _ in range(3))
 
     def forward(
@@ -225,13 +230,16 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.positional = PositionalEncoding(cfg.max_positions, cfg.d_model)
+        self.positional = PositionalEncoding(cfg.max_positions, cfg.d_model, stored=cfg.positions == "table")
         self.embed_dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         # Pre-LN needs a final norm on each stack; post-LN already ends in one.
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+        # Logits = hidden @ embedding^T (+ this bias, for models that have one).
+        self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -254,7 +262,7 @@ class Transformer(nn.Module):
         return self.cfg.d_model // self.cfg.n_heads
 
     def embed(self, ids: Tensor, positions: Tensor) -> Tensor:
-        x = self.embedding(ids) * math.sqrt(self.cfg.d_model) + self.positional(positions)
+        x = self.embedding(ids) * self.embed_scale + self.positional(positions)
         return self.embed_dropout(x)
 
     # ---------------------------------------------------------------- encoder
@@ -312,7 +320,7 @@ class Transformer(nn.Module):
 
     def project(self, hidden: Tensor) -> Tensor:
         """Output logits through the shared embedding matrix: (..., D) -> (..., V)."""
-        return F.linear(hidden, self.embedding.weight)
+        return F.linear(hidden, self.embedding.weight, self.output_bias)
 
     def forward(self, src_ids: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V) for a right-padded target prefix (B, T)."""

@@ -1,0 +1,192 @@
+"""nmt-import (export/hf_import.py): Transformers' own models, saved with save_pretrained, become
+our packages and decode as Transformers' generate() does, through the real engine and server."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from transformers import M2M100ForConditionalGeneration, MarianMTModel, MarianTokenizer, NllbTokenizer
+
+from bench.peers.hf_models import hf_generate, make_marian, make_nllb, parallel_lines
+from engine.decoding import DecodeOptions, Job, decode_all
+from engine.defaults import default_max_len
+from engine.package import ModelPackage
+from engine.runtime import Runtime, RuntimeOptions
+from export.hf_import import ImportRefused, import_model, main
+from nmt.v1 import translator_pb2 as pb
+from tests.server_harness import ServerThread, request
+
+LIMIT = 24  # output tokens per source in the parity checks
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    root = tmp_path_factory.mktemp("marian")
+    hf_dir = make_marian(root / "opus-mt-en-de")
+    package = import_model(hf_dir, root / "package", int8=True, log=lambda *_: None)
+    return hf_dir, package
+
+
+@pytest.fixture(scope="module")
+def nllb(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nllb")
+    hf_dir = make_nllb(root / "nllb-200")
+    package = import_model(hf_dir, root / "package", languages=["en", "de", "fr=fra_Latn"], log=lambda *_: None)
+    return hf_dir, package
+
+
+def engine_decode(package: ModelPackage, sources: list[list[int]], beam: int, variant: str = "fp32",
+                  target: str = "de") -> list[list[int]]:
+    rt = Runtime(package, RuntimeOptions(device="cpu", threads=1, variant=variant))
+    ids = package.special_ids
+    jobs = [Job(src, DecodeOptions(beam_size=beam, alpha=0.0), max_len=LIMIT, bos=ids["bos"], eos=ids["eos"],
+                pad=ids["pad"], prefix=package.target_prefix(target)) for src in sources]
+    return [hyps[0].tokens for hyps in decode_all(rt, jobs)]
+
+
+def test_marian_package_describes_the_model(marian):
+    hf_dir, package = marian
+    config = json.loads((hf_dir / "config.json").read_text())
+    vocab = json.loads((hf_dir / "vocab.json").read_text())
+    assert package.pairs == ("en-de",) and package.language_tags == {}
+    assert package.variants == ("fp32", "int8")
+    assert package.special_ids == {"pad": vocab["<pad>"], "unk": 1, "eos": 0, "bos": vocab["<pad>"]}
+    assert package.dims.vocab_size == config["vocab_size"] == len(vocab)
+    assert package.provenance["architecture"].startswith("MarianMTModel")
+
+
+def test_marian_tokenizer_round_trip_matches_marian_tokenizer(marian):
+    hf_dir, package = marian
+    theirs = MarianTokenizer.from_pretrained(str(hf_dir))
+    ours = package.load_tokenizer()
+    english, german = parallel_lines("de")
+    for text in [*english, "", "unseen wörds ✓ 42 %"]:
+        assert package.source_ids(ours.encode(text), "de") == theirs(text)["input_ids"]
+    for text in german:
+        ids = theirs(text_target=text)["input_ids"][:-1]
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_marian_decodes_as_transformers_generate(marian, beam):
+    hf_dir, package = marian
+    model = MarianMTModel.from_pretrained(str(hf_dir)).eval()
+    tokenizer = package.load_tokenizer()
+    english, _ = parallel_lines("de")
+    sources = [package.source_ids(tokenizer.encode(text), "de") for text in english[:32]]
+    expected = hf_generate(model, sources, LIMIT, beam)
+    assert engine_decode(package, sources, beam) == expected
+    lengths = {len(tokens) for tokens in expected}
+    if beam == 1:  # outputs end at varied lengths, some at the limit (beam search without a length
+        assert len(lengths) >= 3 and LIMIT in lengths  # penalty prefers the short ones)
+    assert len(lengths) >= 2
+    int8 = engine_decode(package, sources, beam, "int8")
+    assert sum(a == b for a, b in zip(int8, expected)) >= 16  # int8 is close, not identical, on random weights
+
+
+def test_an_imported_model_is_served_like_ours(marian):
+    hf_dir, package = marian
+    model = MarianMTModel.from_pretrained(str(hf_dir)).eval()
+    theirs = MarianTokenizer.from_pretrained(str(hf_dir))
+    english, _ = parallel_lines("de")
+    texts = [t for t in english if ". " not in t.rstrip(".")][:8]  # one sentence each: the server cuts at sentences
+    server = ServerThread(package.path, model=(f"tiny={package.path}",))
+    try:
+        stub = server.stub()
+        [m] = stub.ListModels(pb.ListModelsRequest()).models
+        assert (m.name, list(m.pairs)) == ("tiny", ["en-de"])
+        reply = stub.Translate(request(*texts, src="en", tgt="de"), timeout=60)
+    finally:
+        server.stop()
+    expected = []
+    for text in texts:
+        src = theirs(text)["input_ids"]
+        [ids] = hf_generate(model, [src], max_new_tokens=default_max_len(len(src), package.max_target_tokens))
+        expected.append(theirs.decode(ids, skip_special_tokens=True))
+    assert [r.hypotheses[0].text for r in reply.translations] == expected
+    assert any(expected)
+
+
+def _marian_copy(hf_dir, tmp_path, **changes):
+    bad = tmp_path / "bad"
+    shutil.copytree(hf_dir, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config.update(changes)
+    (bad / "config.json").write_text(json.dumps(config))
+    return bad
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"model_type": "t5"}, "config.json: model_type is 't5'; nmt-import reads 'marian' (MarianMTModel (OPUS-MT)), "
+                           "'m2m_100' (M2M100ForConditionalGeneration (NLLB-200, M2M100))"),
+    ({"activation_function": "gelu_new"}, "config.json: activation_function is 'gelu_new'; supported: gelu, relu, "
+                                          "silu, swish"),
+    ({"share_encoder_decoder_embeddings": False}, "config.json: share_encoder_decoder_embeddings is False; only True "
+                                                  "is supported (one embedding for source and target)"),
+    ({"decoder_ffn_dim": 128}, "config.json: encoder_ffn_dim is 64 and decoder_ffn_dim 128; our model has one value "
+                               "for both"),
+])
+def test_configs_it_cannot_honour_are_refused_naming_the_field(marian, tmp_path, changes, message):
+    bad = _marian_copy(marian[0], tmp_path, **changes)
+    with pytest.raises(ImportRefused) as err:
+        import_model(bad, tmp_path / "out", log=lambda *_: None)
+    assert str(err.value) == message
+    assert not (tmp_path / "out").exists()
+
+
+def test_several_target_languages_are_refused(marian, tmp_path):
+    bad = _marian_copy(marian[0], tmp_path)
+    vocab = json.loads((bad / "vocab.json").read_text())
+    vocab[">>fra<<"] = len(vocab)
+    (bad / "vocab.json").write_text(json.dumps(vocab))
+    with pytest.raises(ImportRefused, match="target-language tokens"):
+        import_model(bad, tmp_path / "out", log=lambda *_: None)
+
+
+def test_cli_exit_status_and_message(tmp_path, capsys):
+    assert main([str(tmp_path / "missing"), str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (f"nmt-import: error: {tmp_path / 'missing'} is not a directory "
+                                               f"(give the directory save_pretrained wrote)")
+
+
+def test_nllb_package_has_language_codes(nllb):
+    hf_dir, package = nllb
+    theirs = NllbTokenizer.from_pretrained(str(hf_dir))
+    codes = {"en": theirs.convert_tokens_to_ids("eng_Latn"), "de": theirs.convert_tokens_to_ids("deu_Latn"),
+             "fr": theirs.convert_tokens_to_ids("fra_Latn")}
+    assert package.source_codes == package.target_codes == codes
+    assert package.pairs == ("en-de", "en-fr", "de-en", "de-fr", "fr-en", "fr-de")
+    assert package.special_ids == {"pad": 1, "unk": 3, "eos": 2, "bos": 2}
+    assert package.target_prefix("fr") == (codes["fr"],)
+
+
+def test_nllb_tokenizer_round_trip_matches_nllb_tokenizer(nllb):
+    hf_dir, package = nllb
+    ours = package.load_tokenizer()
+    english, german = parallel_lines("de")
+    theirs = NllbTokenizer.from_pretrained(str(hf_dir), src_lang="eng_Latn")
+    for text in [*english, "", "unseen wörds ✓ 42 %"]:
+        assert package.source_ids(ours.encode(text), "de", "en") == theirs(text)["input_ids"]
+    theirs = NllbTokenizer.from_pretrained(str(hf_dir), src_lang="deu_Latn")
+    for text in german:
+        ids = theirs(text)["input_ids"]
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True)
+    with pytest.raises(ValueError, match="this model needs the source language, one of de, en, fr"):
+        package.source_ids([5], "de")
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_nllb_decodes_as_transformers_generate(nllb, beam):
+    hf_dir, package = nllb
+    model = M2M100ForConditionalGeneration.from_pretrained(str(hf_dir)).eval()
+    tokenizer = package.load_tokenizer()
+    english, _ = parallel_lines("de")
+    for target in ("de", "fr"):
+        sources = [package.source_ids(tokenizer.encode(text), target, "en") for text in english[:32]]
+        # Transformers counts the forced language code as a new token; we do not.
+        expected = hf_generate(model, sources, LIMIT + 1, beam, forced=list(package.target_prefix(target)))
+        assert engine_decode(package, sources, beam, target=target) == expected
+        if beam == 1:
+            assert len({len(tokens) for tokens in expected}) >= 3
