@@ -124,9 +124,13 @@ def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
 
 def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     import ctranslate2
-    import sentencepiece as spm
 
-    sp = spm.SentencePieceProcessor(model_file=work["tokenizer"])
+    from engine.package import ModelPackage
+
+    sp = ModelPackage.load(work["package"]).load_tokenizer()  # ids <-> pieces, what CTranslate2 reads
+    # CTranslate2 appends eos to our converted models' sources itself; a model converted from a
+    # Transformers directory (an imported one) takes it in the source, as its tokenizer gives it.
+    keep_eos = bool(work.get("hf_dir"))
     compute_type = {"fp32": "float32", "int8": "int8", "fp16": "float16"}[work["engine"].split("-")[1]]
     translator = ctranslate2.Translator(work["ct2_model"], device=work["device"], compute_type=compute_type,
                                         intra_threads=work["threads"], inter_threads=1)
@@ -135,7 +139,7 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     def run(sources: list[list[int]]) -> list[list[int]]:
         # CT2 takes one length bound per call: the batch's largest per-sentence bound (our rule).
         limit = max(default_max_len(len(s), cap) for s in sources)
-        tokens = [[sp.id_to_piece(i) for i in s[:-1]] for s in sources]  # CT2 appends eos itself
+        tokens = [[sp.id_to_piece(i) for i in (s if keep_eos else s[:-1])] for s in sources]
         results = translator.translate_batch(tokens, beam_size=work["beam_size"], length_penalty=work["alpha"],
                                              max_decoding_length=limit, max_batch_size=0)
         return [[sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
@@ -145,16 +149,19 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
 
 
 def hf_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
-    """Transformers ``generate()`` on the checkpoint converted by bench/peers/hf_convert.py (fp32 CPU, fp16 CUDA)."""
+    """Transformers ``generate()`` on the checkpoint converted by bench/peers/hf_convert.py, or on the
+    Transformers directory an imported package came from (fp32 CPU, fp16 CUDA)."""
     import torch
 
     from bench.peers.hf_convert import generate, load
+    from bench.peers.hf_models import batch_generate, load_directory
 
     torch.set_num_threads(work["threads"])
     device, variant = work["device"], work["engine"].split("-")[1]
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
-    model, _ = load(work["checkpoint"])
+    imported = bool(work.get("hf_dir"))
+    model = load_directory(work["hf_dir"]) if imported else load(work["checkpoint"])[0]
     model = model.to(device, dtype=torch.float16 if variant == "fp16" else torch.float32)
     cap = work["max_target_tokens"]
 
@@ -162,7 +169,7 @@ def hf_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
         # generate() takes one length bound per call: the batch's largest per-sentence bound (our rule)
         limit = max(default_max_len(len(s), cap) for s in sources)
         with torch.inference_mode():
-            out = generate(model, sources, limit, work["beam_size"], work["alpha"])
+            out = (batch_generate if imported else generate)(model, sources, limit, work["beam_size"], work["alpha"])
         if device == "cuda":
             torch.cuda.synchronize()
         return out

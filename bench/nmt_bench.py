@@ -79,7 +79,22 @@ ALPHA = LENGTH_PENALTY
 # Per device: what runs when --engines, --batch-sizes and --sentences are not given.
 DEFAULT_ENGINES = {"cpu": (*CPU_ENGINES, SERVER), "cuda": ("pytorch-cache", "onnx-fp32", "onnx-fp16", SERVER)}
 DEFAULT_BATCH_SIZES = {"cpu": "1,32", "cuda": "1,32,256"}
-DEFAULT_SENTENCES = {"cpu": 128, "cuda": 3072}  # cuda: 512 per direction of the default model, full batches of 256
+DEFAULT_SENTENCES = {"cpu": 128, "cuda": 3072}
+# What runs on an imported model (--hf-dir): no checkpoint of ours for the PyTorch engines.
+IMPORTED_ENGINES = ("onnx-fp32", "onnx-int8", "ct2-fp32", "ct2-int8", "hf-fp32")
+
+
+class ImportedTexts:
+    """An imported package's text <-> ids, as nmt-bench's items need them (no placeholders)."""
+
+    def __init__(self, package: Any, source: str) -> None:
+        self.package, self.source, self.tokenizer = package, source, package.load_tokenizer()
+
+    def encode_protected(self, text: str, target: str) -> tuple[list[int], tuple[str, ...]]:
+        return self.package.source_ids(self.tokenizer.encode(text), target, self.source), ()
+
+    def decode_restored(self, ids: list[int], originals: tuple[str, ...]) -> str:
+        return self.tokenizer.decode(ids)  # cuda: 512 per direction of the default model, full batches of 256
 
 
 @dataclass(frozen=True)
@@ -311,7 +326,9 @@ def cuda_available() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="nmt-bench", description=__doc__, epilog=exit_status_help(EXIT_FAILED, EXIT_USAGE))
-    p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
+    p.add_argument("--checkpoint", help="checkpoint file or run directory")
+    p.add_argument("--hf-dir", type=Path, help="instead of --checkpoint: the Transformers directory (OPUS-MT, NLLB) "
+                   f"--package was imported from with nmt-import; engines {','.join(IMPORTED_ENGINES)}, --input needed")
     p.add_argument("--package", required=True, help="the model package exported from that checkpoint")
     p.add_argument("--input", dest="file", type=Path, help="sentences: 'source' or 'source<TAB>reference' lines, "
                    "in the one direction of --directions (default: the checkpoint's test split)")
@@ -368,9 +385,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.directions = [d.strip() for d in args.directions.split(",") if d.strip()] if args.directions else None
     if args.file and args.directions and len(args.directions) != 1:
         raise UsageError(f"--input holds one direction; --directions gives {len(args.directions)}")
-    args.engines = [e.strip() for e in args.engines.split(",")] if args.engines else list(DEFAULT_ENGINES[args.device])
+    if bool(args.checkpoint) == bool(args.hf_dir):
+        raise UsageError("give --checkpoint (a model of ours) or --hf-dir (an imported one), not both")
+    if args.hf_dir and not args.file:
+        raise UsageError("--hf-dir needs --input: an imported model has no test split of ours")
+    defaults = IMPORTED_ENGINES if args.hf_dir else DEFAULT_ENGINES[args.device]
+    args.engines = [e.strip() for e in args.engines.split(",")] if args.engines else list(defaults)
     allowed = (set(CPU_ENGINES) | set(HF_CPU_ENGINES) if args.device == "cpu"
                else set(CUDA_ENGINES) | set(HF_CUDA_ENGINES)) | {SERVER}
+    if args.hf_dir:
+        allowed &= set(IMPORTED_ENGINES)
     unknown = [e for e in args.engines if e not in allowed]
     if unknown:
         raise UsageError(f"unknown engine(s) for {args.device}: {', '.join(unknown)}; choose from "
@@ -428,7 +452,7 @@ def gpu_name() -> str:
 
 def run(argv: list[str] | None) -> int:
     args = parse_args(argv)
-    cpu_result = load_cpu_json(args.cpu_json)
+    load_cpu_json(args.cpu_json)  # checked before any work
     info = {"command": "nmt-bench " + " ".join(sys.argv[1:] if argv is None else argv),
             "device": args.device, "threads": args.threads, "machine": bench_report.machine(),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -444,6 +468,8 @@ def run(argv: list[str] | None) -> int:
     from training import checkpoint as ckpt_io
     from training.config import RunConfig
 
+    if args.hf_dir:
+        return run_imported(args, info)
     try:
         ckpt_path = ckpt_io.resolve(args.checkpoint)
         ckpt = ckpt_io.load(ckpt_path)
@@ -486,6 +512,45 @@ def run(argv: list[str] | None) -> int:
                  "beam_size": args.beam_size, "alpha": ALPHA, "clients": args.clients, "engines": args.engines,
                  "batch_sizes": args.batch_sizes, "repeats": args.repeats,
                  "decoder_onnx_mib": round(package.graph_path("decoder").stat().st_size / 2**20, 1)})
+    return run_configs(args, info, items, tokenizer, paths, server_base)
+
+
+def run_imported(args: argparse.Namespace, info: dict[str, Any]) -> int:
+    """nmt-bench on an imported package and the Transformers directory it came from (--hf-dir)."""
+    from types import SimpleNamespace
+
+    from cli import parse_direction
+    from engine.package import ModelPackage, PackageError
+
+    try:
+        package = ModelPackage.load(args.package)
+    except PackageError as e:
+        raise UsageError(str(e)) from None
+    if package.provenance.get("imported_from") is None:
+        raise UsageError(f"{args.package} was not made by nmt-import; give --checkpoint for a model of ours")
+    direction = (args.directions or list(package.pairs))[0]
+    texts = ImportedTexts(package, parse_direction(direction)[0])
+    items = load_items(args, SimpleNamespace(directions=[direction]), texts)
+    paths = {"checkpoint": "", "hf_dir": str(args.hf_dir), "package": str(args.package),
+             "max_target_tokens": package.max_target_tokens, "ct2_model": "", "optimum_model": ""}
+    if any(e.startswith("ct2") for e in args.engines):
+        import ctranslate2
+
+        ct2_dir = args.ct2_model or args.out.parent / f"ct2-{args.hf_dir.name}"
+        ctranslate2.converters.TransformersConverter(str(args.hf_dir)).convert(str(ct2_dir), force=True)
+        paths["ct2_model"] = str(ct2_dir)
+    info.update({"hf_dir": str(args.hf_dir), "package": str(args.package), "sentences": len(items),
+                 "directions": [direction], "beam_size": args.beam_size, "alpha": ALPHA,
+                 "mean_source_tokens": round(float(np.mean([len(i.ids) for i in items])), 1),
+                 "engines": args.engines, "batch_sizes": args.batch_sizes, "repeats": args.repeats,
+                 "architecture": package.provenance.get("architecture"),
+                 "decoder_onnx_mib": round(package.graph_path("decoder").stat().st_size / 2**20, 1)})
+    return run_configs(args, info, items, texts, paths, 0.0)
+
+
+def run_configs(args: argparse.Namespace, info: dict[str, Any], items: list[Item], tokenizer: Any,
+                paths: dict[str, Any], server_base: float) -> int:
+    """Every configuration of ``args``, then the JSON, the tables and the chart."""
     configs = [(m, bs, e) for m in args.modes for bs in args.batch_sizes for e in args.engines]
     print(f"{len(items)} sentences ({', '.join(info['directions'])}), {args.threads} thread(s), {args.device}; "
           f"{len(configs)} configurations", flush=True)
@@ -519,7 +584,7 @@ def run(argv: list[str] | None) -> int:
     result = {**info, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "same_text_reference": reference, "rows": rows}
     if args.gpu_targets:
-        result["targets"] = bench_report.gpu_targets(result, cpu_result, str(args.cpu_json or ""))
+        result["targets"] = bench_report.gpu_targets(result, load_cpu_json(args.cpu_json), str(args.cpu_json or ""))
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
     args.out.with_suffix(".md").write_text(bench_report.markdown(result))
     print()

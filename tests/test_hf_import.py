@@ -9,6 +9,7 @@ import shutil
 import pytest
 from transformers import M2M100ForConditionalGeneration, MarianMTModel, MarianTokenizer, NllbTokenizer
 
+from bench import nmt_bench
 from bench.peers.hf_models import hf_generate, make_marian, make_nllb, parallel_lines
 from engine.decoding import DecodeOptions, Job, decode_all
 from engine.defaults import default_max_len
@@ -190,3 +191,20 @@ def test_nllb_decodes_as_transformers_generate(nllb, beam):
         assert engine_decode(package, sources, beam, target=target) == expected
         if beam == 1:
             assert len({len(tokens) for tokens in expected}) >= 3
+
+
+def test_nmt_bench_measures_an_imported_model_against_its_peers(marian, tmp_path):
+    hf_dir, package = marian
+    english, _ = parallel_lines("de")
+    sentences = tmp_path / "en.txt"
+    sentences.write_text("\n".join(english[:12]) + "\n")
+    out = tmp_path / "bench.json"
+    assert nmt_bench.main(["--hf-dir", str(hf_dir), "--package", str(package.path), "--input", str(sentences),
+                           "--engines", "onnx-fp32,onnx-int8,ct2-fp32,hf-fp32", "--batch-sizes", "1,4",
+                           "--json", str(out), "--ct2-model", str(tmp_path / "ct2")]) == 0
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert [r.get("error") for r in rows] == [None] * 16
+    assert (result["directions"], result["same_text_reference"]) == (["en-de"], "onnx-fp32")
+    # Transformers on the directory and the imported package: the same greedy texts
+    assert {r["identical_to_reference"] for r in rows if r["engine"] == "hf-fp32" and r["mode"] == "greedy"} == {1.0}

@@ -67,6 +67,7 @@ import torch
 from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration, MarianConfig, MarianMTModel
 from transformers.modeling_utils import PreTrainedModel
 
+from export.hf_import import layer_map
 from training import checkpoint as ckpt_io
 from training.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig, RunConfig
 from training.model import sinusoidal_table
@@ -107,37 +108,6 @@ def generation_config(max_new_tokens: int = 256, beam_size: int = 1, alpha: floa
         use_cache=True, **beam)
 
 
-def _layer_map(m: ModelConfig) -> dict[str, str]:
-    """Transformers parameter name -> ours, for every parameter but the embeddings and positions."""
-    names: dict[str, str] = {}
-
-    def attention(hf: str, ours: str) -> None:
-        for a, b in (("q_proj", "w_q"), ("k_proj", "w_k"), ("v_proj", "w_v"), ("out_proj", "w_o")):
-            for p in ("weight", "bias"):
-                names[f"{hf}.{a}.{p}"] = f"{ours}.{b}.{p}"
-
-    def linear_and_norm(hf: str, ours: str) -> None:
-        for p in ("weight", "bias"):
-            names[f"{hf}.{p}"] = f"{ours}.{p}"
-
-    # Encoder layers: self-attention, FFN; decoder layers: self-attention, cross-attention, FFN.
-    for stack, n, cross in (("encoder", m.n_encoder_layers, False), ("decoder", m.n_decoder_layers, True)):
-        for i in range(n):
-            hf, ours = f"model.{stack}.layers.{i}", f"{stack}_layers.{i}"
-            attention(f"{hf}.self_attn", f"{ours}.self_attn")
-            linear_and_norm(f"{hf}.self_attn_layer_norm", f"{ours}.sublayer.0.norm")
-            if cross:
-                attention(f"{hf}.encoder_attn", f"{ours}.cross_attn")
-                linear_and_norm(f"{hf}.encoder_attn_layer_norm", f"{ours}.sublayer.1.norm")
-            linear_and_norm(f"{hf}.fc1", f"{ours}.feed_forward.w_1")
-            linear_and_norm(f"{hf}.fc2", f"{ours}.feed_forward.w_2")
-            linear_and_norm(f"{hf}.final_layer_norm", f"{ours}.sublayer.{1 + cross}.norm")
-    if m.pre_norm:
-        linear_and_norm("model.encoder.layer_norm", "encoder_norm")
-        linear_and_norm("model.decoder.layer_norm", "decoder_norm")
-    return names
-
-
 def to_transformers(m: ModelConfig, state: dict[str, torch.Tensor]) -> PreTrainedModel:
     """Our weights (``Transformer.state_dict()``) -> a Transformers model in eval mode, float32, on the CPU."""
     config = hf_config(m)
@@ -145,7 +115,7 @@ def to_transformers(m: ModelConfig, state: dict[str, torch.Tensor]) -> PreTraine
     model.generation_config = generation_config()
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers())
-    mapping = _layer_map(m)
+    mapping = layer_map(m)  # the importer's mapping, read the other way
     expected = set(mapping.values()) | {"embedding.weight"}
     missing, unused = expected - set(state), set(state) - expected
     if missing or unused:

@@ -170,6 +170,41 @@ def hf_generate(model: Any, sources: list[list[int]], max_new_tokens: int, beam_
     return out
 
 
+def load_directory(directory: str | Path) -> Any:
+    """The Transformers model of an OPUS-MT or NLLB directory, eval mode, float32, offline."""
+    from transformers import M2M100ForConditionalGeneration, MarianMTModel
+
+    kind = json.loads((Path(directory) / "config.json").read_text())["model_type"]
+    cls = MarianMTModel if kind == "marian" else M2M100ForConditionalGeneration
+    return cls.from_pretrained(str(directory), local_files_only=True).eval()
+
+
+def batch_generate(model: Any, sources: list[list[int]], max_new_tokens: int, beam_size: int, alpha: float
+                   ) -> list[list[int]]:
+    """``generate()`` on a batch of sources (their ids, unpadded) with the model's own special
+    ids, as nmt-bench's Transformers engine runs it: our search settings (the length penalty
+    as Transformers defines it, a source done at beam_size finished hypotheses, pad never an
+    output); returns the generated ids without the decoder's start and what follows eos."""
+    from transformers import GenerationConfig
+
+    config = model.config
+    pad, eos = config.pad_token_id, config.eos_token_id
+    width = max(len(s) for s in sources)
+    ids = torch.tensor([s + [pad] * (width - len(s)) for s in sources], dtype=torch.long)
+    beam = {"length_penalty": alpha, "early_stopping": True} if beam_size > 1 else {}
+    generation = GenerationConfig(
+        max_new_tokens=max_new_tokens, num_beams=beam_size, do_sample=False, decoder_start_token_id=
+        config.decoder_start_token_id, eos_token_id=eos, pad_token_id=pad, bad_words_ids=[[pad]],
+        forced_eos_token_id=None, use_cache=True, **beam)
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=ids.ne(pad).long(), generation_config=generation)
+    results = []
+    for row in out.tolist():
+        row = row[1:]
+        results.append(row[: row.index(eos)] if eos in row else row)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.peers.hf_models", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
