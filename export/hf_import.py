@@ -126,7 +126,7 @@ def load_hf(directory: Path, kind: str) -> Any:
         raise ImportRefused("nmt-import needs Transformers to read the directory: pip install '.[hf]'") from None
     cls = MarianMTModel if kind == MARIAN else M2M100ForConditionalGeneration
     try:
-        return cls.from_pretrained(str(directory), local_files_only=True, torch_dtype=torch.float32).eval()
+        return cls.from_pretrained(str(directory), local_files_only=True, dtype=torch.float32).eval()
     except (OSError, ValueError) as e:
         raise ImportRefused(f"{directory}: Transformers cannot load the model: {str(e).splitlines()[0]}") from None
 

@@ -44,6 +44,14 @@ def parallel_lines(target: str = "de") -> tuple[list[str], list[str]]:
     return [e for e, _ in pairs], [t for _, t in pairs]
 
 
+def bible_lines(language: str, split: str = "train", n: int = 20000) -> list[str]:
+    """The first ``n`` verses of ``language``'s primary Bible of ``split`` (the bundled corpus)."""
+    from corpus.bible import DEFAULT_VERSIONS, clean, load_bible, split_of
+
+    verses = [clean(t) for k, t in sorted(load_bible(DEFAULT_VERSIONS[language][0]).items()) if split_of(k) == split]
+    return [v for v in verses if v][:n]
+
+
 def train_spm(lines: list[str], prefix: Path, vocab_size: int, model_type: str = "unigram",
               **ids: int) -> Path:
     """A SentencePiece model over ``lines`` (repeated: the sample is small); returns the .model path."""
@@ -85,7 +93,8 @@ def make_marian(out: Path, size: dict[str, int] = TINY, target: str = "de", piec
     out.mkdir(parents=True, exist_ok=True)
     work = out / ".spm"
     work.mkdir(exist_ok=True)
-    source_lines, target_lines = parallel_lines(target)
+    # A full-size vocabulary needs more text than the tests' sample: the Bible's
+    source_lines, target_lines = (bible_lines("en"), bible_lines(target)) if pieces > 1000 else parallel_lines(target)
     models = [train_spm(lines, work / name, pieces, bos_id=-1, eos_id=0, unk_id=1, pad_id=-1)
               for name, lines in (("source", source_lines), ("target", target_lines))]
     vocab: dict[str, int] = {"</s>": 0, "<unk>": 1}
@@ -129,7 +138,10 @@ def make_nllb(out: Path, size: dict[str, int] = TINY, pieces: int = 200, seed: i
     out.mkdir(parents=True, exist_ok=True)
     work = out / ".spm"
     work.mkdir(exist_ok=True)
-    lines = parallel_lines("de")[0] + [t for lang in ("de", "fr", "es") for t in parallel_lines(lang)[1]]
+    if pieces > 1000:  # a full-size vocabulary needs more text than the tests' sample
+        lines = [v for lang in ("en", "de", "fr", "es") for v in bible_lines(lang, n=10000)]
+    else:
+        lines = parallel_lines("de")[0] + [t for lang in ("de", "fr", "es") for t in parallel_lines(lang)[1]]
     # fairseq's layout: <unk> 0, <s> 1, </s> 2 (the tokenizer shifts every id by one for its <pad>)
     model_file = train_spm(lines, work / "sentencepiece.bpe", pieces, model_type="bpe", unk_id=0, bos_id=1, eos_id=2,
                            pad_id=-1)
@@ -184,20 +196,19 @@ def batch_generate(model: Any, sources: list[list[int]], max_new_tokens: int, be
     """``generate()`` on a batch of sources (their ids, unpadded) with the model's own special
     ids, as nmt-bench's Transformers engine runs it: our search settings (the length penalty
     as Transformers defines it, a source done at beam_size finished hypotheses, pad never an
-    output); returns the generated ids without the decoder's start and what follows eos."""
-    from transformers import GenerationConfig
-
+    output, no eos forced at the length limit); returns the generated ids without the
+    decoder's start and what follows eos. The settings go to ``generate()`` as arguments: a
+    GenerationConfig's values that equal the library's defaults (num_beams=1) are replaced
+    by the model's own (OPUS-MT's num_beams=4)."""
     config = model.config
     pad, eos = config.pad_token_id, config.eos_token_id
     width = max(len(s) for s in sources)
     ids = torch.tensor([s + [pad] * (width - len(s)) for s in sources], dtype=torch.long)
     beam = {"length_penalty": alpha, "early_stopping": True} if beam_size > 1 else {}
-    generation = GenerationConfig(
-        max_new_tokens=max_new_tokens, num_beams=beam_size, do_sample=False, decoder_start_token_id=
-        config.decoder_start_token_id, eos_token_id=eos, pad_token_id=pad, bad_words_ids=[[pad]],
-        forced_eos_token_id=None, use_cache=True, **beam)
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=ids.ne(pad).long(), generation_config=generation)
+        out = model.generate(input_ids=ids, attention_mask=ids.ne(pad).long(), max_new_tokens=max_new_tokens,
+                             num_beams=beam_size, do_sample=False, bad_words_ids=[[pad]], forced_eos_token_id=None,
+                             use_cache=True, **beam)
     results = []
     for row in out.tolist():
         row = row[1:]
@@ -211,12 +222,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("kind", choices=["marian", "nllb"])
     p.add_argument("out", type=Path)
     p.add_argument("--full-size", action="store_true", help="OPUS-MT en-de's shape instead of a tiny one")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--sentences", type=Path, help="also write 128 English test sentences (John) here, one a line: "
+                                                  "nmt-bench --input")
     args = p.parse_args(argv)
     size = OPUS_MT if args.full_size else TINY
     make = make_marian if args.kind == "marian" else make_nllb
-    make(args.out, size, pieces=2000 if args.full_size else 200, seed=args.seed)
+    make(args.out, size, pieces=8000 if args.full_size else 200, seed=args.seed)
     print(f"wrote {args.out}")
+    if args.sentences:
+        args.sentences.write_text("\n".join(bible_lines("en", "test", 128)) + "\n")
+        print(f"wrote {args.sentences}")
     return 0
 
 
