@@ -119,7 +119,8 @@ def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
         raise RuntimeError(f"onnxruntime runs on {rt.device}, not {work['device']} (providers {rt.providers})")
     options = DecodeOptions(beam_size=work["beam_size"], alpha=work["alpha"])
     info = {"device": rt.device, "variant": rt.variant, "resident": bool(rt.resident)}
-    return (lambda sources: [nb[0].tokens for nb in decode_ids(rt, sources, options)]), info
+    prefix = work.get("prefix", [])  # an imported model's forced target code (NLLB)
+    return (lambda sources: [nb[0].tokens for nb in decode_ids(rt, sources, options, prefix=prefix)]), info
 
 
 def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
@@ -131,6 +132,7 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     # CTranslate2 appends eos to our converted models' sources itself; a model converted from a
     # Transformers directory (an imported one) takes it in the source, as its tokenizer gives it.
     keep_eos = bool(work.get("hf_dir"))
+    forced = work.get("prefix", [])  # an imported model's forced target code (NLLB): CTranslate2's target_prefix
     compute_type = {"fp32": "float32", "int8": "int8", "fp16": "float16"}[work["engine"].split("-")[1]]
     translator = ctranslate2.Translator(work["ct2_model"], device=work["device"], compute_type=compute_type,
                                         intra_threads=work["threads"], inter_threads=1)
@@ -140,9 +142,11 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
         # CT2 takes one length bound per call: the batch's largest per-sentence bound (our rule).
         limit = max(default_max_len(len(s), cap) for s in sources)
         tokens = [[sp.id_to_piece(i) for i in (s if keep_eos else s[:-1])] for s in sources]
-        results = translator.translate_batch(tokens, beam_size=work["beam_size"], length_penalty=work["alpha"],
-                                             max_decoding_length=limit, max_batch_size=0)
-        return [[sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
+        prefix = [[sp.id_to_piece(i) for i in forced]] * len(tokens) if forced else None
+        results = translator.translate_batch(tokens, target_prefix=prefix, beam_size=work["beam_size"],
+                                             length_penalty=work["alpha"], max_decoding_length=limit + len(forced),
+                                             max_batch_size=0)
+        return [[sp.piece_to_id(p) for p in r.hypotheses[0][len(forced):]] for r in results]
 
     # CTranslate2 raises when it cannot use the device it was given: where it runs is what was asked
     return run, {"device": translator.device, "variant": work["engine"].split("-")[1], "resident": None}
@@ -169,7 +173,10 @@ def hf_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
         # generate() takes one length bound per call: the batch's largest per-sentence bound (our rule)
         limit = max(default_max_len(len(s), cap) for s in sources)
         with torch.inference_mode():
-            out = (batch_generate if imported else generate)(model, sources, limit, work["beam_size"], work["alpha"])
+            if imported:
+                out = batch_generate(model, sources, limit, work["beam_size"], work["alpha"], work.get("prefix", []))
+            else:
+                out = generate(model, sources, limit, work["beam_size"], work["alpha"])
         if device == "cuda":
             torch.cuda.synchronize()
         return out

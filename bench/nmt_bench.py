@@ -532,7 +532,8 @@ def run_imported(args: argparse.Namespace, info: dict[str, Any]) -> int:
     texts = ImportedTexts(package, parse_direction(direction)[0])
     items = load_items(args, SimpleNamespace(directions=[direction]), texts)
     paths = {"checkpoint": "", "hf_dir": str(args.hf_dir), "package": str(args.package),
-             "max_target_tokens": package.max_target_tokens, "ct2_model": "", "optimum_model": ""}
+             "max_target_tokens": package.max_target_tokens, "ct2_model": "", "optimum_model": "",
+             "prefix": list(package.target_prefix(parse_direction(direction)[1]))}
     if any(e.startswith("ct2") for e in args.engines):
         import ctranslate2
 

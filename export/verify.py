@@ -35,18 +35,19 @@ def unpad(src: np.ndarray, pad: int) -> list[list[int]]:
 
 
 def decode_ids(rt: Runtime, sources: Sequence[Sequence[int]], options: DecodeOptions | None = None,
-           max_len: int | None = None) -> list[list[Hypothesis]]:
+               max_len: int | None = None, prefix: Sequence[int] = ()) -> list[list[Hypothesis]]:
     """Decode sources (tag + pieces + eos each) in one batch; n-best lists in input order."""
-    return decode_all(rt, source_jobs(rt, sources, options or DecodeOptions(), max_len))
+    return decode_all(rt, source_jobs(rt, sources, options or DecodeOptions(), max_len, prefix))
 
 
 def source_jobs(rt: Runtime, sources: Sequence[Sequence[int]], options: DecodeOptions,
-                max_len: int | None = None) -> list[Job]:
-    """One decoding job per source, bounded as the server bounds it (or by ``max_len``)."""
+                max_len: int | None = None, prefix: Sequence[int] = ()) -> list[Job]:
+    """One decoding job per source, bounded as the server bounds it (or by ``max_len``);
+    ``prefix``: the target's forced first tokens (``ModelPackage.target_prefix``)."""
     p = rt.package
     ids = p.special_ids
     return [Job(list(s), options, max_len=max_len or default_max_len(len(s), p.max_target_tokens),
-                bos=ids["bos"], eos=ids["eos"], pad=ids["pad"]) for s in sources]
+                bos=ids["bos"], eos=ids["eos"], pad=ids["pad"], prefix=tuple(prefix)) for s in sources]
 
 
 def step_log_probs(rt: Runtime, src: np.ndarray, prefix: np.ndarray) -> np.ndarray:

@@ -34,7 +34,8 @@ def marian(tmp_path_factory):
 def nllb(tmp_path_factory):
     root = tmp_path_factory.mktemp("nllb")
     hf_dir = make_nllb(root / "nllb-200")
-    package = import_model(hf_dir, root / "package", languages=["en", "de", "fr=fra_Latn"], log=lambda *_: None)
+    package = import_model(hf_dir, root / "package", int8=True, languages=["en", "de", "fr=fra_Latn"],
+                           log=lambda *_: None)
     return hf_dir, package
 
 
@@ -193,14 +194,16 @@ def test_nllb_decodes_as_transformers_generate(nllb, beam):
             assert len({len(tokens) for tokens in expected}) >= 3
 
 
-def test_nmt_bench_measures_an_imported_model_against_its_peers(marian, tmp_path):
-    hf_dir, package = marian
+@pytest.mark.parametrize("architecture", ["marian", "nllb"])
+def test_nmt_bench_measures_an_imported_model_against_its_peers(architecture, request, tmp_path):
+    hf_dir, package = request.getfixturevalue(architecture)
     english, _ = parallel_lines("de")
     sentences = tmp_path / "en.txt"
     sentences.write_text("\n".join(english[:12]) + "\n")
     out = tmp_path / "bench.json"
     assert nmt_bench.main(["--hf-dir", str(hf_dir), "--package", str(package.path), "--input", str(sentences),
-                           "--engines", "onnx-fp32,onnx-int8,ct2-fp32,hf-fp32", "--batch-sizes", "1,4",
+                           "--directions", "en-de", "--engines", "onnx-fp32,onnx-int8,ct2-fp32,hf-fp32",
+                           "--batch-sizes", "1,4",
                            "--json", str(out), "--ct2-model", str(tmp_path / "ct2")]) == 0
     result = json.loads(out.read_text())
     rows = result["rows"]

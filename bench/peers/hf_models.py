@@ -191,27 +191,30 @@ def load_directory(directory: str | Path) -> Any:
     return cls.from_pretrained(str(directory), local_files_only=True).eval()
 
 
-def batch_generate(model: Any, sources: list[list[int]], max_new_tokens: int, beam_size: int, alpha: float
-                   ) -> list[list[int]]:
+def batch_generate(model: Any, sources: list[list[int]], max_new_tokens: int, beam_size: int, alpha: float,
+                   forced: list[int] | None = None) -> list[list[int]]:
     """``generate()`` on a batch of sources (their ids, unpadded) with the model's own special
     ids, as nmt-bench's Transformers engine runs it: our search settings (the length penalty
     as Transformers defines it, a source done at beam_size finished hypotheses, pad never an
     output, no eos forced at the length limit); returns the generated ids without the
-    decoder's start and what follows eos. The settings go to ``generate()`` as arguments: a
-    GenerationConfig's values that equal the library's defaults (num_beams=1) are replaced
-    by the model's own (OPUS-MT's num_beams=4)."""
+    decoder's start, the ``forced`` target code (NLLB) and what follows eos. The settings go
+    to ``generate()`` as arguments: a GenerationConfig's values that equal the library's
+    defaults (num_beams=1) are replaced by the model's own (OPUS-MT's num_beams=4)."""
     config = model.config
     pad, eos = config.pad_token_id, config.eos_token_id
     width = max(len(s) for s in sources)
     ids = torch.tensor([s + [pad] * (width - len(s)) for s in sources], dtype=torch.long)
     beam = {"length_penalty": alpha, "early_stopping": True} if beam_size > 1 else {}
+    if forced:
+        beam["forced_bos_token_id"] = forced[0]
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=ids.ne(pad).long(), max_new_tokens=max_new_tokens,
+        out = model.generate(input_ids=ids, attention_mask=ids.ne(pad).long(),
+                             max_new_tokens=max_new_tokens + len(forced or []),
                              num_beams=beam_size, do_sample=False, bad_words_ids=[[pad]], forced_eos_token_id=None,
                              use_cache=True, **beam)
     results = []
     for row in out.tolist():
-        row = row[1:]
+        row = row[1 + len(forced or []):]
         results.append(row[: row.index(eos)] if eos in row else row)
     return results
 
