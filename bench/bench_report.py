@@ -20,22 +20,32 @@ from typing import Any
 VERSIONED = ("torch", "onnxruntime", "ctranslate2", "transformers", "optimum", "numpy", "grpcio")
 
 
+# The matrix instructions that decide which kernels an engine runs (onnxruntime's MLAS, oneDNN,
+# oneMKL): results from CPUs that differ here are not comparable.
+INSTRUCTION_SETS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
 def machine() -> dict[str, Any]:
+    """The CPU (model and the matrix instruction sets it has), core count, platform and library versions."""
     cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    flags: set[str] = set()
+    try:  # the first processor's lines (every core of one machine has the same)
+        lines = Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
     except OSError:
-        pass
+        lines = []
+    for line in lines:
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+        elif line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
     versions = {}
     for name in VERSIONED:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
+    return {"cpu": cpu, "instruction_sets": [f for f in INSTRUCTION_SETS if f in flags], "cores": os.cpu_count(),
+            "platform": platform.platform(),
             "python": platform.python_version(), "versions": versions}
 
 
