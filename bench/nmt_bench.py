@@ -326,9 +326,10 @@ def cuda_available() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="nmt-bench", description=__doc__, epilog=exit_status_help(EXIT_FAILED, EXIT_USAGE))
-    p.add_argument("--checkpoint", help="checkpoint file or run directory")
+    p.add_argument("--checkpoint", help="checkpoint file or run directory (default: none; this or --hf-dir)")
     p.add_argument("--hf-dir", type=Path, help="instead of --checkpoint: the Transformers directory (OPUS-MT, NLLB) "
-                   f"--package was imported from with nmt-import; engines {','.join(IMPORTED_ENGINES)}, --input needed")
+                   f"--package was imported from with nmt-import; engines {','.join(IMPORTED_ENGINES)}, --input "
+                   "needed (default: none)")
     p.add_argument("--package", required=True, help="the model package exported from that checkpoint")
     p.add_argument("--input", dest="file", type=Path, help="sentences: 'source' or 'source<TAB>reference' lines, "
                    "in the one direction of --directions (default: the checkpoint's test split)")

@@ -371,8 +371,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--int8", action="store_true", help="add int8 graphs (dynamic quantization) for the CPU")
     p.add_argument("--fp16", action="store_true", help="add half-precision graphs for CUDA")
     p.add_argument("--force", action="store_true", help="overwrite an existing, non-empty out_dir")
-    p.add_argument("--pair", help="the language pair of a one-pair model (OPUS-MT), as SRC-TGT, when its "
-                                  "tokenizer_config.json does not name it")
+    p.add_argument("--pair", help="the language pair of a one-pair model (OPUS-MT), as SRC-TGT (default: "
+                                  "tokenizer_config.json's source_lang and target_lang)")
     p.add_argument("--languages", type=lambda v: [x for x in v.split(",") if x],
                    help="NLLB: the languages to serve, as en,de or en=eng_Latn,... (default: the "
                         f"{len(NLLB_CODES)} with two-letter codes nmt-import knows); every pair among them")

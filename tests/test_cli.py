@@ -22,6 +22,7 @@ def _parsers() -> dict[str, Callable[[], argparse.ArgumentParser]]:
     from bench.nmt_bench import build_parser as bench
     from clients.loadtest import build_parser as loadtest
     from clients.translate_file import build_parser as translate
+    from export.hf_import import build_parser as import_
     from export.onnx_export import build_parser as export
     from export.verify import build_parser as verify
     from server.config import build_parser as serve
@@ -31,7 +32,7 @@ def _parsers() -> dict[str, Callable[[], argparse.ArgumentParser]]:
 
     return {"nmt-translate": translate, "nmt-loadtest": loadtest, "nmt-serve": serve, "nmt-export": export,
             "nmt-train": train, "nmt-bench": bench, "nmt-evaluate": evaluate, "nmt-verify": verify,
-            "nmt-health": health}
+            "nmt-health": health, "nmt-import": import_}
 
 
 @pytest.mark.parametrize("command", list(_parsers()))

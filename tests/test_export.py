@@ -268,7 +268,7 @@ def test_unknown_manifest_keys_fail_loudly(tiny_package, tmp_path):
     assert err.value.problems == [
         "model.json has unknown keys 'max_source_token', 'notes'; it may hold only checksum, files, format, "
         "format_version, graphs, language_tags, max_source_tokens, max_target_tokens, model, pairs, provenance, "
-        "special_ids, tokenizer"]
+        "source_codes, special_ids, target_codes, tokenizer"]
     del manifest["max_source_token"], manifest["notes"]
     manifest["graphs"]["beam"] = manifest["graphs"]["step"]
     (bad / contract.MANIFEST).write_text(json.dumps(manifest))
