@@ -85,6 +85,16 @@ def randomize(model: torch.nn.Module, seed: int, eos: int, eos_bias: float = EOS
             model.get_input_embeddings().weight[eos] += eos_bias * b / b.dot(b)
 
 
+def _save(model: Any, out: Path, work: Path, seed: int, eos_bias: float) -> Path:
+    """Random weights (``randomize``), saved as save_pretrained does; the SentencePiece work files removed."""
+    randomize(model, seed, eos=model.config.eos_token_id, eos_bias=eos_bias)
+    model.save_pretrained(str(out))
+    for f in work.iterdir():
+        f.unlink()
+    work.rmdir()
+    return out
+
+
 def make_marian(out: Path, size: dict[str, int] = TINY, target: str = "de", pieces: int = 200, seed: int = SEED,
                 eos_bias: float = EOS_BIAS) -> Path:
     """An OPUS-MT-shaped en-``target`` directory: MarianMTModel + MarianTokenizer files."""
@@ -120,13 +130,7 @@ def make_marian(out: Path, size: dict[str, int] = TINY, target: str = "de", piec
         # as OPUS-MT's own configs say
         bad_words_ids=[[pad]], forced_eos_token_id=0, num_beams=4, max_length=512,
         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
-    model = MarianMTModel(config)
-    randomize(model, seed, eos=0, eos_bias=eos_bias)
-    model.save_pretrained(str(out))
-    for f in work.iterdir():
-        f.unlink()
-    work.rmdir()
-    return out
+    return _save(MarianMTModel(config), out, work, seed, eos_bias)
 
 
 def make_nllb(out: Path, size: dict[str, int] = TINY, pieces: int = 200, seed: int = SEED,
@@ -154,13 +158,7 @@ def make_nllb(out: Path, size: dict[str, int] = TINY, pieces: int = 200, seed: i
         max_position_embeddings=size["max_positions"], scale_embedding=True, pad_token_id=1, bos_token_id=0,
         eos_token_id=2, decoder_start_token_id=2, max_length=200, tokenizer_class="NllbTokenizer",
         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
-    model = M2M100ForConditionalGeneration(config)
-    randomize(model, seed, eos=2, eos_bias=eos_bias)
-    model.save_pretrained(str(out))
-    for f in work.iterdir():
-        f.unlink()
-    work.rmdir()
-    return out
+    return _save(M2M100ForConditionalGeneration(config), out, work, seed, eos_bias)
 
 
 def hf_generate(model: Any, sources: list[list[int]], max_new_tokens: int, beam_size: int = 1,
