@@ -42,10 +42,10 @@ class PackageTokenizer:
         self.source = source
         self.target = target or source
         self.vocab = vocab
-        if vocab is None:
+        if vocab is None:  # SentencePiece's own decoding, as the server always had it (unk shows as " ⁇ ")
             self._pieces: list[str] = []
             self._unk = source.unk_id()
-            self.special = special
+            self.special: frozenset[int] = frozenset()
             return
         if unk not in vocab:
             raise TokenizerError(f"{VOCAB} has no {unk!r} piece")
@@ -114,7 +114,7 @@ class PackageTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         if self.vocab is None:
-            return self.target.decode([i for i in ids if i not in self.special])
+            return self.target.decode(ids)
         pieces = [self._pieces[i] for i in ids if i not in self.special and 0 <= i < len(self._pieces)]
         return self.target.decode_pieces(pieces).replace(SPIECE_UNDERLINE, " ").strip()
 
