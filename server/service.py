@@ -43,6 +43,11 @@ LOG_EVERY = 10.0  # seconds between two log lines about malformed requests
 _READ_ALL = object()  # TranslateStream: the client closed its side and every request was read
 
 
+class _RequestsBroke(Exception):
+    """TranslateStream: reading the client's requests failed (the client left or its transport
+    broke); the writer re-raises it so the stream ends the way the client ended it."""
+
+
 WIRE_STOP_REASON = {reason: pb.StopReason.Value(f"STOP_REASON_{reason.name}") for reason in StopReason}
 ECHO_CHARS = 64  # what an error message repeats of the caller's input, at most
 # Texts are split into sentences, each decoded on its own. A request may carry at most
@@ -228,7 +233,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                     accepted += 1
                 await results.put(_READ_ALL)
             except Exception as e:  # the transport failed: the writer re-raises it
-                await results.put(e)
+                await results.put(_RequestsBroke(repr(e)))
 
         self.streams += 1
         handler = asyncio.current_task()
@@ -254,6 +259,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         # at its yield, and grpc closes it only when it is collected: the stream's slot and its
         # count must not wait for that.
         context.add_done_callback(lambda ctx: finish(_why_cancelled(ctx)) if ctx.cancelled() else None)
+        completed = False  # the loop below ran to its end: every accepted request answered
         try:
             try:
                 self._admit(stream=True)
@@ -281,19 +287,28 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 else:
                     yield item
                     answered += 1
+            completed = True
         except asyncio.CancelledError:
             if not self.stopping:
                 code = _why_cancelled(context)
                 raise
             code = grpc.StatusCode.UNAVAILABLE
             await context.abort(code, STOPPED)
+        except _RequestsBroke:
+            # The reader sees the client's cancel (as an error of the request stream), often
+            # before grpc marks the call cancelled: it is the caller who ended the call.
+            if code == grpc.StatusCode.OK:
+                code = _why_cancelled(context)
+            raise
         except Exception:
             if code == grpc.StatusCode.OK:  # not an abort of ours (those set the code first)
-                # The reader can see the client's cancel (as an error of the request stream)
-                # before this generator is cancelled: then it is the cancel that ended the call.
                 code = _why_cancelled(context) if context.cancelled() else grpc.StatusCode.UNKNOWN
             raise
         finally:
+            if code == grpc.StatusCode.OK and not completed:
+                # Closed at a yield (GeneratorExit) before every answer went out: grpc does that
+                # when the caller has left, sometimes before the done callback above has run.
+                code = _why_cancelled(context)
             finish(code)
 
     async def stop_calls(self, wait: float = 1.0) -> None:
