@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from training import checkpoint as ckpt_io
-from training.config import MODEL_PRESETS, DataConfig, RunConfig, TrainConfig, replace
+from training.config import MODEL_PRESETS, PAD_ID, DataConfig, RunConfig, TrainConfig, replace
 from training.train import EXIT_CHUNK_DONE, label_smoothed_loss, noam_lr, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,17 +147,61 @@ def test_nmt_train_command_line_end_to_end(tmp_path, toy_corpus):
     assert bad.returncode == 2 and "unknown key(s) d_modle" in bad.stderr
 
 
-def test_ddp_two_cpu_processes_with_gloo(tmp_path, toy_corpus):
-    out = tmp_path / "ddp"
-    cmd = _cli("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "training.train",
-               "--preset", "tiny", "--out", str(out), "--directions", "en-de",
-               "--train-files", f"en-de={toy_corpus['train']}", "--max-steps", "4", "--batch-tokens", "500",
-               "--device", "cpu", "--threads", "1", "--set", "data.vocab_size=300", "--set", "train.log_every=2")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=180)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "world 2" in r.stdout and "done: step 4" in r.stdout
-    ckpt = ckpt_io.load(ckpt_io.list_checkpoints(out)[-1])
-    assert len(ckpt["rng"]) == 2  # each rank's RNG state is kept for an exact resume
+def test_two_gloo_ranks_take_the_steps_one_process_takes_accumulating_two_batches(tmp_path, toy_corpus):
+    """torchrun with two CPU processes: each rank reads its own batches and the step's gradient is
+    their mean, so one process that accumulates two batches a step (--accumulate 2) must take the
+    same steps: the same logged loss at every step and the same weights, through a resume.
+    Checkpoints are written once (rank 0) and hold every rank's RNG state."""
+    common = ["--preset", "tiny", "--directions", "en-de", "--train-files", f"en-de={toy_corpus['train']}",
+              "--batch-tokens", "500", "--device", "cpu", "--threads", "1", "--set", "data.vocab_size=300",
+              "--set", "model.dropout=0.0", "--set", "train.bf16=false", "--set", "train.log_every=1",
+              "--set", "train.save_every=2", "--set", "train.average_last=0"]
+    torchrun = _cli("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "training.train")
+    ddp, single = tmp_path / "ddp", tmp_path / "single"
+
+    def run(cmd: list[str]) -> str:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    out = run([*torchrun, *common, "--out", str(ddp), "--max-steps", "4"])
+    assert "world 2" in out and "done: step 4" in out
+    assert sorted(p.name for p in ckpt_io.checkpoint_dir(ddp).iterdir()) == ["step_00000002.pt", "step_00000004.pt"]
+    assert len(ckpt_io.load(ckpt_io.list_checkpoints(ddp)[-1])["rng"]) == 2  # each rank's, for an exact resume
+    out = run([*torchrun, *common, "--out", str(ddp), "--max-steps", "6"])
+    assert "resuming at step 4" in out and "done: step 6" in out
+    assert [p.name for p in ckpt_io.list_checkpoints(ddp)][-1] == "step_00000006.pt"
+
+    single.mkdir()
+    (single / "tokenizer.model").write_bytes((ddp / "tokenizer.model").read_bytes())  # the same pieces
+    out = run(_cli("-m", "training.train", *common, "--out", str(single), "--max-steps", "6", "--accumulate", "2"))
+    assert "world 1" in out and "done: step 6" in out
+
+    def losses(run_dir: Path) -> list[float]:
+        return [h["loss"] for h in json.loads((run_dir / "history.json").read_text()) if "loss" in h]
+
+    assert len(losses(ddp)) == 6  # every step logged, the resumed ones included
+    assert losses(ddp) == pytest.approx(losses(single), rel=1e-4)  # the whole step's loss, not rank 0's share
+    a = ckpt_io.load(ckpt_io.list_checkpoints(ddp)[-1])["model"]
+    b = ckpt_io.load(ckpt_io.list_checkpoints(single)[-1])["model"]
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-5), k
+
+
+def test_ranks_read_disjoint_batches_that_together_are_the_single_stream(toy_corpus):
+    from training.data import BatchStream, Example
+
+    # Example i's source is token 10 + i, repeated: a batch's tokens say which examples it holds.
+    examples = [Example(src=[10 + i] * (3 + i % 11), tgt=[9] * (2 + i % 5)) for i in range(300)]
+
+    def first(stream: BatchStream, n: int) -> list[set[int]]:
+        it = iter(stream)
+        return [set(next(it).src.flatten().tolist()) - {PAD_ID} for _ in range(n)]
+
+    single = first(BatchStream(examples, 120, seed=3), 8)
+    rank0, rank1 = (first(BatchStream(examples, 120, seed=3, rank=r, world=2), 4) for r in (0, 1))
+    assert rank0 == single[0::2] and rank1 == single[1::2]
+    assert not set().union(*rank0) & set().union(*rank1)
 
 
 def test_encoder_cosine_is_one_for_a_collapsed_encoder_and_lower_otherwise():

@@ -15,6 +15,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,8 +287,17 @@ class Window:
     def mean_loss(self) -> float:
         return self.loss / max(self.tokens, 1)
 
-    def tokens_per_s(self, world: int) -> float:
-        return (self.tokens + self.src_tokens) * world / max(time.monotonic() - self.start, 1e-9)
+    def tokens_per_s(self) -> float:
+        return (self.tokens + self.src_tokens) / max(time.monotonic() - self.start, 1e-9)
+
+    def gather(self, d: Dist) -> None:
+        """Loss and token counts summed over every rank (each saw its own batches), so the log
+        reports the whole step's loss, not rank 0's share. Every rank calls it at the same step."""
+        if d.world == 1:
+            return
+        totals = torch.tensor([self.loss, float(self.tokens), float(self.src_tokens)], dtype=torch.float64)
+        dist.all_reduce(totals)
+        self.loss, self.tokens, self.src_tokens = float(totals[0]), int(totals[1]), int(totals[2])
 
 
 class Trainer:
@@ -343,11 +353,13 @@ class Trainer:
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps,
                                           weight_decay=tc.weight_decay)
         self.state = State()
+        self.saved_step = -1  # the step of this run's last checkpoint
         if resume is not None:
             model.load_state_dict(resume["model"])
             self.optimizer.load_state_dict(resume["optimizer"])
             self.stream.load_state_dict(resume["stream"])
             self.state = State(resume["step"], resume["elapsed"], resume["history"])
+            self.saved_step = self.state.step
             set_rng_state(resume["rng"][d.rank] if d.rank < len(resume["rng"]) else resume["rng"][0])
         self.ddp_model = DistributedDataParallel(model) if d.world > 1 else model
         self.tok_bytes = tokenizer.model_proto
@@ -361,27 +373,37 @@ class Trainer:
         if d.main:
             print(f"precision: {'bfloat16 autocast, fp32 weights' if use_bf16 else 'fp32'}", flush=True)
 
-    def step(self, batch: TensorBatch) -> tuple[float, float, float]:
-        """One optimizer step on ``batch``: (summed loss, gradient norm before clipping, lr)."""
+    def step(self, batches: Sequence[TensorBatch]) -> tuple[float, float, float]:
+        """One optimizer step on ``batches`` (train.accumulate of them): (summed loss, gradient
+        norm before clipping, lr). Each batch's loss is a mean over its target tokens and the
+        step's gradient is the mean over its batches, as DDP's is over ranks: so one process with
+        accumulate 2 takes the step that two ranks take with one batch each."""
         tc = self.cfg.train
         self.state.step += 1
         lr = noam_lr(self.state.step, self.cfg.model.d_model, tc.warmup_steps, tc.lr_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        with self.autocast:
-            logits = self.ddp_model(batch.src, batch.tgt_in)
-        loss = label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing) / batch.n_tokens
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_sum = 0.0
+        for i, batch in enumerate(batches):
+            # DDP all-reduces the gradients once, in the step's last backward.
+            last = i == len(batches) - 1
+            with (nullcontext() if last or self.d.world == 1 else self.ddp_model.no_sync()):
+                with self.autocast:
+                    logits = self.ddp_model(batch.src, batch.tgt_in)
+                loss = label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing)
+                (loss / (batch.n_tokens * len(batches))).backward()
+            loss_sum += float(loss.detach())
         # The norm before clipping is logged: it is how a stalling or diverging run shows itself.
         max_norm = tc.clip_norm if tc.clip_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         self.optimizer.step()
-        return float(loss.detach()) * batch.n_tokens, float(grad_norm), lr
+        return loss_sum, float(grad_norm), lr
 
     def log(self, window: Window, lr: float) -> None:
         """One line (and one history entry) for the steps of ``window``."""
-        state, tok_s = self.state, window.tokens_per_s(self.d.world)
+        window.gather(self.d)
+        state, tok_s = self.state, window.tokens_per_s()
         grad = window.grad / max(window.steps, 1)
         state.history.append({"step": state.step, "loss": round(window.mean_loss, 4), "lr": lr,
                               "tok_s": round(tok_s), "grad_norm": round(grad, 4),
@@ -410,6 +432,7 @@ class Trainer:
     def save(self) -> None:
         """A checkpoint of everything a resume needs (every rank's RNG state); old ones pruned."""
         d, state, tc = self.d, self.state, self.cfg.train
+        self.saved_step = state.step
         rngs = [None] * d.world
         if d.world > 1:
             dist.all_gather_object(rngs, rng_state())
@@ -459,11 +482,13 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
     window = Window()
     batches = iter(run.stream)
     while state.step < tc.max_steps and not run.time_up(started, chunk_end, chunk_minutes):
-        batch = next(batches).to(run.device)
-        loss_sum, grad_norm, lr = run.step(batch)
+        step_batches = [next(batches).to(run.device) for _ in range(tc.accumulate)]
+        loss_sum, grad_norm, lr = run.step(step_batches)
         state.elapsed = time.monotonic() - started
-        window.add(loss_sum, grad_norm, batch.n_tokens, int(batch.src.ne(PAD_ID).sum()))
-        run.logger.update({"loss": f"{window.mean_loss:.3f}", "tok/s": f"{window.tokens_per_s(d.world):,.0f}",
+        window.add(loss_sum, grad_norm, sum(b.n_tokens for b in step_batches),
+                   sum(int(b.src.ne(PAD_ID).sum()) for b in step_batches))
+        # Between log lines the progress shows this rank's own figures (no collective per step).
+        run.logger.update({"loss": f"{window.mean_loss:.3f}", "tok/s": f"{window.tokens_per_s() * d.world:,.0f}",
                            "lr": f"{lr:.2e}"})
         if state.step % tc.log_every == 0 or state.step == tc.max_steps:
             run.log(window, lr)
@@ -474,8 +499,10 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
         if tc.save_every and state.step % tc.save_every == 0:
             run.save()
     run.logger.close()
-    found = ckpt_io.list_checkpoints(run.out)
-    if not found or found[-1].name != f"step_{state.step:08d}.pt":
+    # From the run's own state, never from the directory: with several ranks, rank 0 may still be
+    # writing the last checkpoint when another looks, and a rank that enters save() (a
+    # collective) alone waits for ever.
+    if run.saved_step != state.step:
         run.save()
     if d.main and state.finished:
         if run.dev and (not state.history or "dev_bleu" not in state.history[-1]):
@@ -533,6 +560,7 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     if args.test_files:
         data = replace(data, test_files=_files("--test-files", args.test_files))
     flags = {"max_steps": args.max_steps, "max_minutes": args.max_minutes, "batch_tokens": args.batch_tokens,
+             "accumulate": args.accumulate,
              "device": args.device, "threads": args.threads, "warmup_steps": args.warmup,
              "init_from": args.init_from}
     tr = replace(tr, **{k: v for k, v in flags.items() if v is not None})
@@ -569,8 +597,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, help=f"stop after this many steps (default: {tc.max_steps})")
     p.add_argument("--max-minutes", type=float, help="stop after this many minutes of training, resumes "
                    f"included (default: {tc.max_minutes:g}, no bound)")
-    p.add_argument("--batch-tokens", type=int, help="source + target tokens per step and device, padding "
+    p.add_argument("--batch-tokens", type=int, help="source + target tokens per batch and device, padding "
                    f"included (default: {tc.batch_tokens})")
+    p.add_argument("--accumulate", type=int, help="batches per optimizer step and device (gradient accumulation): "
+                   f"a step learns from batch-tokens x accumulate x devices tokens (default: {tc.accumulate})")
     p.add_argument("--warmup", type=int, help=f"warm-up steps of the learning rate (default: {tc.warmup_steps})")
     p.add_argument("--init-from", metavar="CHECKPOINT", help="start a new run from this checkpoint's weights (or a "
                    "shipped model's directory, e.g. models/default), carried over to the run's tokenizer "
