@@ -38,6 +38,10 @@ EXIT_UNFINISHED = 75  # EX_TEMPFAIL
 LOCALHOST = "127.0.0.1"
 GRPC_PORT = 50051
 GRPC_ADDRESS = f"{LOCALHOST}:{GRPC_PORT}"
+# How the clients and the gateway spread calls over the addresses their target resolves to: every
+# replica behind one name (a Kubernetes headless Service, docker-compose replicas) gets calls,
+# and one that fails is skipped. A name with one address behaves as before.
+LB_POLICY = "round_robin"
 MAX_CONNECTIONS = 1000  # TCP connections the server and the gateway each hold open at once (--max-connections)
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import grpc
 
-from cli import GRPC_ADDRESS
+from cli import GRPC_ADDRESS, LB_POLICY
 from engine.defaults import BEAM_SIZE
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
@@ -264,14 +264,15 @@ class Connection:
         return (("authorization", f"Bearer {self.token}"),) if self.token else ()
 
     @property
-    def channel_options(self) -> list[tuple[str, int]]:
+    def channel_options(self) -> list[tuple[str, int | str]]:
         # gRPC's own reconnect backoff grows to 120 s by default, and a call on a channel
         # waiting out that backoff fails at once: capped at 1 s, retries reach a restarted
         # server within about a second of its return.
         return [("grpc.max_receive_message_length", self.max_message_bytes),
                 ("grpc.max_send_message_length", self.max_message_bytes),
                 ("grpc.initial_reconnect_backoff_ms", 200),
-                ("grpc.max_reconnect_backoff_ms", 1000)]
+                ("grpc.max_reconnect_backoff_ms", 1000),
+                ("grpc.lb_policy_name", LB_POLICY)]
 
     def credentials(self) -> grpc.ChannelCredentials | None:
         if not (self.tls or self.tls_ca or self.tls_cert):

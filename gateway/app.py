@@ -50,7 +50,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cli import language, parse_direction
+from cli import LB_POLICY, language, parse_direction
 from gateway.alignment import aligned_placement, translation_alignments
 from gateway.config import GatewayConfig
 from gateway.html_text import HtmlText
@@ -70,6 +70,7 @@ CLIENT_GONE = 499  # nginx's "client closed request": logged, never seen by the 
 # gRPC's reconnect backoff grows to 120 s by default, and a call on a channel waiting it out
 # fails at once: capped at 1 s, the gateway reaches a restarted server about a second after it is back.
 CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000),
+                   ("grpc.lb_policy_name", LB_POLICY),
                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),  # above any server's --max-message-bytes
                    ("grpc.max_send_message_length", -1)]  # requests are bounded by --max-body-bytes
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",

@@ -76,6 +76,11 @@ class ServerConfig(Settings):
                                          "closed at once")
     handshake_seconds: float = setting(10.0, "time a new connection has to complete its TLS and HTTP/2 "
                                              "handshake; one that sends nothing is closed after it")
+    max_connection_age_seconds: float = setting(0.0, "close each client connection after this long (gracefully: "
+                                                     "calls in flight finish within --grace-seconds); clients "
+                                                     "reconnect and resolve the address again, so replicas added "
+                                                     "behind one DNS name (a Kubernetes headless Service) get "
+                                                     "traffic; 0: never")
     log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
 
     def problems(self) -> list[str]:
@@ -95,6 +100,9 @@ class ServerConfig(Settings):
             out.append(f"{flag('metrics_port')} is {self.metrics_port}; give a port, 0 for a free one or -1 for none")
         if not 0 <= self.grace_seconds < float("inf"):
             out.append(f"{flag('grace_seconds')} is {self.grace_seconds}; it must be 0 or more")
+        if not 0 <= self.max_connection_age_seconds < float("inf"):
+            out.append(f"{flag('max_connection_age_seconds')} is {self.max_connection_age_seconds}; it must be 0 "
+                       f"(never) or a number of seconds")
         for name in ("stream_idle_seconds", "handshake_seconds"):
             if not 0 < getattr(self, name) < float("inf"):
                 out.append(f"{flag(name)} is {getattr(self, name)}; it must be a number of seconds above 0")

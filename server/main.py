@@ -274,6 +274,11 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
                # handshake (grpc's default is 120 s; it also closes a connection that sends no HTTP/2 settings).
                ("grpc.max_allowed_incoming_connections", cfg.max_connections),
                ("grpc.server_handshake_timeout_ms", int(cfg.handshake_seconds * 1000))]
+    if cfg.max_connection_age_seconds > 0:
+        # GOAWAY after the age, then the grace for calls in flight: the client opens a new connection
+        # and re-resolves its target, which is how replicas behind one DNS name share the load.
+        options += [("grpc.max_connection_age_ms", int(cfg.max_connection_age_seconds * 1000)),
+                    ("grpc.max_connection_age_grace_ms", int(cfg.grace_seconds * 1000))]
     token = cfg.bearer_token()
     # The token check comes first, so that a refused call's body is not even parsed.
     interceptors = [*([TokenAuth(token)] if token else []), TolerantRequests()]

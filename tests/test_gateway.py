@@ -718,3 +718,23 @@ def test_the_command_serves_and_stops_on_sigterm(server):
             proc.kill()
             proc.wait()
     assert "Traceback" not in proc.stderr.read()
+
+
+def test_a_target_of_several_replicas_gets_calls_to_every_one(tiny_package):
+    """One gRPC target that resolves to several servers (a Kubernetes headless Service, compose
+    replicas by name) spreads the gateway's calls over all of them (round_robin), instead of
+    sending every call to the first address as gRPC's default policy does."""
+    replicas = [ServerThread(tiny_package), ServerThread(tiny_package)]
+    g = GatewayThread(GatewayConfig(grpc_address="ipv4:" + ",".join(s.address for s in replicas)))
+    ok = 'nmt_requests_total{code="OK",method="Translate"}'
+    try:
+        before = [metric(s, ok) for s in replicas]
+        for i in range(8):
+            r = g.client.post("/translate", json={"q": f"{TEXTS[0]} {i}", "source": "en", "target": "de"})
+            assert r.status_code == 200, r.text
+        served = [metric(s, ok) - b for s, b in zip(replicas, before)]
+        assert sum(served) == 8 and min(served) >= 1, served
+    finally:
+        g.stop()
+        for s in replicas:
+            s.stop()

@@ -302,6 +302,25 @@ def test_calls_past_their_deadline_are_counted_as_deadline_exceeded(server, stub
                 == stream_before + 1)  # was counted OK (closed at its yield) or UNKNOWN (reader first)
 
 
+def test_connections_are_closed_at_their_age_and_clients_reconnect_unnoticed(tiny_package):
+    """--max-connection-age-seconds: the server sends GOAWAY once a connection is that old (how
+    clients behind a Kubernetes headless Service find replicas added since they connected); the
+    client's next call opens a new connection and succeeds."""
+    s = ServerThread(tiny_package, max_connection_age_seconds=0.5)
+    channel = grpc.insecure_channel(s.address)
+    states: list[grpc.ChannelConnectivity] = []
+    channel.subscribe(states.append, try_to_connect=False)
+    try:
+        stub = s.stub(channel)
+        assert stub.Translate(request(TEXTS[0]), timeout=30).translations[0].hypotheses[0].text
+        wait_until(lambda: grpc.ChannelConnectivity.READY in states
+                   and states[-1] == grpc.ChannelConnectivity.IDLE)  # the server closed it
+        assert stub.Translate(request(TEXTS[0]), timeout=30).translations[0].hypotheses[0].text
+    finally:
+        channel.close()
+        s.stop()
+
+
 # ------------------------------------------------------------ documents: sentences in, sentences out
 PARAGRAPH = ("Jesus wept.", "In the beginning was the Word.", "Peace be with you!", "He said, Amen.")
 
