@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import fields
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import kubernetes_validate
@@ -38,12 +39,19 @@ def container(deployment: str) -> dict[str, Any]:
     return c
 
 
-def env(c: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in c["env"]}
-
-
 def ports(c: dict[str, Any]) -> dict[str, int]:
     return {p["name"]: p["containerPort"] for p in c["ports"]}
+
+
+def settings(c: dict[str, Any], module: ModuleType, config: type) -> Any:
+    """The container's settings as the program itself reads them from its environment; every
+    variable given must be one of its settings (an unknown one would be ignored silently)."""
+    given = {e["name"]: e["value"] for e in c["env"]}
+    known = {module.env_name(f.name) for f in fields(config)}
+    assert set(given) <= known, set(given) - known
+    cfg = module.parse_args([], environ=given)
+    assert cfg.problems() == []
+    return cfg
 
 
 @pytest.mark.parametrize("doc", documents(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
@@ -53,11 +61,7 @@ def test_every_manifest_is_valid_kubernetes(doc):
 
 def test_the_server_reads_every_variable_it_is_given_and_listens_where_probes_and_service_look():
     c = container("nmt-server")
-    given = env(c)
-    known = {server_config.env_name(f.name) for f in fields(server_config.ServerConfig)}
-    assert set(given) <= known, set(given) - known
-    cfg = server_config.parse_args([], environ=given)
-    assert cfg.problems() == []
+    cfg = settings(c, server_config, server_config.ServerConfig)
     assert (cfg.host, cfg.metrics_host, cfg.device, cfg.int8) == ("0.0.0.0", "0.0.0.0", "cpu", True)
     assert ports(c) == {"grpc": cfg.port, "metrics": cfg.metrics_port}
     assert c["startupProbe"]["grpc"]["port"] == c["readinessProbe"]["grpc"]["port"] == cfg.port
@@ -74,11 +78,7 @@ def test_the_server_reads_every_variable_it_is_given_and_listens_where_probes_an
 
 def test_the_gateway_reaches_every_server_replica_through_the_headless_service():
     c = container("nmt-gateway")
-    given = env(c)
-    known = {gateway_config.env_name(f.name) for f in fields(gateway_config.GatewayConfig)}
-    assert set(given) <= known, set(given) - known
-    cfg = gateway_config.parse_args([], environ=given)
-    assert cfg.problems() == []
+    cfg = settings(c, gateway_config, gateway_config.GatewayConfig)
     service = one("Service", "nmt-server")
     assert service["spec"]["clusterIP"] == "None"
     grpc_port = {p["name"]: p["port"] for p in service["spec"]["ports"]}["grpc"]
