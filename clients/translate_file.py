@@ -123,12 +123,12 @@ def format_translation(t: Translation | None, nbest: int) -> str:
                      for h in t.hypotheses)
 
 
-def warn_length_limited(where: list[int], what: str) -> None:
+def warn_length_limited(where: list[int], what: str, prog: str = "nmt-translate") -> None:
     """One line on stderr naming the outputs that the output-length limit stopped: they may
     be cut short."""
     if where:
         listed = ", ".join(map(str, where[:10])) + (", ..." if len(where) > 10 else "")
-        print(f"nmt-translate: {len(where)} {what}(s) stopped at the output-length limit and may be cut short "
+        print(f"{prog}: {len(where)} {what}(s) stopped at the output-length limit and may be cut short "
               f"({what} {listed}); raise --max-output-tokens", file=sys.stderr)
 
 
@@ -436,15 +436,20 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: FileSettings
         out.finish()
     warn_length_limited(limited, "line")
     failures = earlier + translator.failures  # both in line order, the earlier run's lines first
-    if failures:
-        where = f" (all listed in {out.errors_path})" if out else ""
-        print(f"{len(failures)} line(s) could not be translated and were left empty{where}:", file=sys.stderr)
-        for x in failures[:20]:
-            print(f"  line {x.line}: {x.code}: {x.message}", file=sys.stderr)
-        if len(failures) > 20:
-            print(f"  ... and {len(failures) - 20} more", file=sys.stderr)
-        return EXIT_FAILED_LINES
-    return EXIT_OK
+    return report_failures(failures, out.errors_path if out else None)
+
+
+def report_failures(failures: list[Failure], errors_path: Path | None) -> int:
+    """The failed lines on stderr (the first 20) and the exit status: EXIT_FAILED_LINES if any."""
+    if not failures:
+        return EXIT_OK
+    where = f" (all listed in {errors_path})" if errors_path else ""
+    print(f"{len(failures)} line(s) could not be translated and were left empty{where}:", file=sys.stderr)
+    for x in failures[:20]:
+        print(f"  line {x.line}: {x.code}: {x.message}", file=sys.stderr)
+    if len(failures) > 20:
+        print(f"  ... and {len(failures) - 20} more", file=sys.stderr)
+    return EXIT_FAILED_LINES
 
 
 def _retry_notice(timeout: float, every: float = 10.0) -> OnRetry:

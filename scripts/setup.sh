@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates .venv with the CPU build of PyTorch and the project (train, export, serve, dev, bench, http and hf extras).
+# Creates .venv with the CPU build of PyTorch and the project (train, export, serve, dev, bench, http, hf and bulk extras).
 # Idempotent: a second run only checks that everything is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,5 +12,5 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 .venv/bin/python -m pip install -q torch==2.13.0
 # setuptools prints a boxed UserWarning about editable installs on every run, -q or not.
 PYTHONWARNINGS=ignore::UserWarning \
-  .venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt -e ".[train,export,serve,dev,bench,http,hf]"
+  .venv/bin/python -m pip install -q -c scripts/constraints-cpu.txt -e ".[train,export,serve,dev,bench,http,hf,bulk]"
 echo "environment ready: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')"

@@ -342,6 +342,12 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         return out
 
     # ------------------------------------------------------------ the work
+    async def translate_here(self, request: pb.TranslateRequest) -> pb.TranslateResponse:
+        """Translate's checks and work for a caller in this process (nmt-bulk's actors): no call
+        around it, no deadline; a refusal raises RequestError with Translate's code and message."""
+        self._admissible(request)
+        return await self._translate(request, None)
+
     async def _translate(self, request: pb.TranslateRequest, deadline: float | None) -> pb.TranslateResponse:
         model = self._model(request.model)
         source, target = request.source_lang.strip().lower(), request.target_lang.strip().lower()  # "EN" is "en"
