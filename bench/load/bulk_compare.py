@@ -3,12 +3,12 @@
     python -m bench.load.bulk_compare --package packages/default --lines 20000 --beam 1 --int8
 
 Writes LINES verses of the World English Bible (training books, cycled if needed) to a file, then runs, one
-after another on the same machine: ``nmt-serve`` (``--threads`` per ``--int8`` as given) with
+after another on the same machine: ``nmt-serve`` (``--threads``, ``--int8`` as given) with
 ``nmt-translate -i FILE -o OUT`` (its defaults: 32 lines a request, 4 in flight), and
 ``nmt-bulk`` with 1 actor and with 2 actors (``--threads`` each). Prints each one's wall time
-and rows/s (process start to exit: Ray's and the server's start-up included, model loading
-too), the ratio to nmt-translate, and whether each output is byte-identical to
-nmt-translate's. Markdown table on stdout; ``--json`` keeps it.
+and rows/s (from the start of the process: the server's start-up until it reports SERVING,
+Ray's start-up and the actors' model loading are all included), the ratio to nmt-translate,
+and whether each output is byte-identical to nmt-translate's. Markdown table on stdout; ``--json`` keeps it.
 """
 
 from __future__ import annotations
@@ -65,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
             translate = [str(bindir / "nmt-translate"), "--address", f"127.0.0.1:{port}", "-s", args.source, "-t",
                          args.target, "-i", str(src), "-o", str(d / "translate.txt"), "--beam", str(args.beam), "-q",
                          "--timeout", "600"]
-            subprocess.run(translate, check=True)  # waits for the server (retries until it answers)
+            health = [str(bindir / "nmt-health"), "--address", f"127.0.0.1:{port}", "--timeout", "2"]
+            while subprocess.run(health, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+                if server.poll() is not None:
+                    raise SystemExit("nmt-serve exited before it served")
+                time.sleep(0.2)
+            subprocess.run(translate, check=True)
             seconds = time.monotonic() - start
         finally:
             server.terminate()
