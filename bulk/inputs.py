@@ -62,20 +62,21 @@ def read_rows(path: str | Path, fmt: str = "auto", column: str = "text") -> Rows
     files = files_of(Path(path))
     fmt = detect_format(files, fmt)
     digest = hashlib.sha256()
+    texts: list[str] = []
     for f in files:
-        digest.update(f.read_bytes())
+        data = f.read_bytes()
+        digest.update(data)
         digest.update(b"\0")
-    digest.update(f"{fmt}\0{column}".encode())
-    names = tuple(str(f) for f in files)
-    if fmt == "text":
-        texts: list[str] = []
-        for f in files:
+        if fmt == "text":
             try:
-                texts.extend(split_lines(f.read_bytes().decode("utf-8")))
+                texts.extend(split_lines(data.decode("utf-8")))
             except UnicodeDecodeError as e:
                 raise UsageError(f"{f} is not UTF-8 text: {e}") from None
-        return Rows(texts, names, fmt, digest.hexdigest())
-    return Rows(_read_column(names, fmt, column), names, fmt, digest.hexdigest())
+    digest.update(f"{fmt}\0{column}".encode())
+    names = tuple(str(f) for f in files)
+    if fmt != "text":
+        texts = _read_column(names, fmt, column)
+    return Rows(texts, names, fmt, digest.hexdigest())
 
 
 def _read_column(files: tuple[str, ...], fmt: str, column: str) -> list[str]:

@@ -27,10 +27,11 @@ class LocalClient:
     def __init__(self, package: str, *, threads: int = 1, int8: bool = True, device: str = "cpu") -> None:
         self.cfg = ServerConfig(model=(f"{MODEL_NAME}={package}",), device=device, threads=threads, int8=int8,
                                 metrics_port=-1)
-        self.models = load_models(self.cfg, Metrics())
+        metrics = Metrics()  # counted as a server counts, never exported (metrics_port -1)
+        self.models = load_models(self.cfg, metrics)
         for m in self.models.values():
             m.scheduler.start()
-        self.service = TranslatorService(self.models, self.cfg, Metrics())
+        self.service = TranslatorService(self.models, self.cfg, metrics)
         model = self.models[MODEL_NAME]
         self.max_chars = model.limits.chars_per_text
         self.max_texts = model.limits.texts

@@ -32,7 +32,7 @@ import os
 import shutil
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,7 +143,7 @@ class InOrder:
     are already there (a run killed while writing it) adds only the rest."""
 
     def __init__(self, out: PartialOutput, store: BlockStore, block_lines: int, progress: Progress) -> None:
-        self.out, self.store, self.block_lines, self.progress = out, store, block_lines, progress
+        self.out, self.store, self.progress = out, store, progress
         self.written = out.done
         self.next = out.done // block_lines
         self.waiting: dict[int, dict[str, Any]] = {}
@@ -186,21 +186,19 @@ def translate_rows(rows: list[str], out: PartialOutput, store: BlockStore, actor
     resources = {"num_cpus": actor.threads, "num_gpus": 1 if actor.device == "cuda" else 0}
     remote = ray.remote(BlockWorker).options(max_restarts=2, max_task_retries=2, **resources)
     pool = [remote.remote(actor, job) for _ in range(min(actors, len(todo)))]
-    pending: dict[Any, tuple[int, int]] = {}
-    load = [0] * len(pool)
+    pending: dict[Any, tuple[int, int]] = {}  # task -> (block, actor)
     try:
         while todo or pending:
+            queued = Counter(i for _, i in pending.values())
             for i, a in enumerate(pool):
-                while todo and load[i] < TASKS_PER_ACTOR:
+                for _ in range(min(TASKS_PER_ACTOR - queued[i], len(todo))):
                     k = todo.popleft()
                     start = max(k * block_lines, order.written)
                     ref = a.translate.remote(start, rows[start:min((k + 1) * block_lines, len(rows))])
                     pending[ref] = (k, i)
-                    load[i] += 1
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                k, i = pending.pop(ref)
-                load[i] -= 1
+                k, _ = pending.pop(ref)
                 block = ray.get(ref)
                 store.save(k, block)
                 order.add(k, block)
@@ -223,13 +221,14 @@ def start_ray(address: str | None) -> bool:
         ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING)
     except ConnectionError as e:
-        raise UsageError(f"--ray-address {address}: {first_line(e)}") from None
+        raise UsageError(f"--ray-address {address}: {last_line(e)}") from None
     return True
 
 
 def run(args: argparse.Namespace) -> int:
-    job = FileSettings(args.source, args.target, "", args.beam or BEAM_SIZE, args.nbest, args.batch_lines,
-                       args.in_flight, args.timeout, args.max_output_tokens, args.split)
+    job = FileSettings(args.source, args.target, beam_size=args.beam or BEAM_SIZE, nbest=args.nbest,
+                       batch_lines=args.batch_lines, in_flight=args.in_flight,
+                       max_output_tokens=args.max_output_tokens, split=args.split)
     actor = ActorSettings(str(Path(args.package).resolve()), args.threads, args.int8, args.device)
     check_package(actor.package, job)
     try:
@@ -255,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
         except (KeyboardInterrupt, Exception) as e:
             out.close()
             progress.close()
-            why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {first_line(e)}"
+            why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {last_line(e)}"
             print(f"stopped: {why}", file=sys.stderr)
             print(f"the rows finished so far are in {out.partial} and {store.dir}; run the same command with "
                   "--resume to translate the rest", file=sys.stderr)
@@ -277,17 +276,20 @@ def run(args: argparse.Namespace) -> int:
                 ray.shutdown()
 
 
-def first_line(e: BaseException) -> str:
+def last_line(e: BaseException) -> str:
+    """The line that says what went wrong: a failed Ray task's text is the remote traceback,
+    whose cause comes last."""
     text = str(e).strip()
     return text.splitlines()[-1] if text else ""
 
 
 def check_package(path: str, job: FileSettings) -> None:
-    """The package exists and serves the pair (before any Ray process starts)."""
+    """The package exists and serves the pair (before any Ray process starts). The files'
+    hashes are left to the actors, which check them as they load the graphs."""
     from engine.package import ModelPackage
 
     try:
-        package = ModelPackage.load(path)
+        package = ModelPackage.load(path, verify_hashes=False)
     except (OSError, ValueError) as e:
         raise UsageError(f"--package: {e}") from None
     pair = f"{job.source}-{job.target}"
@@ -326,7 +328,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-split", dest="split", action="store_false", help="translate each row as one sentence")
     p.add_argument("--batch-lines", type=int, default=32, help="rows per batch inside an actor, as nmt-translate's")
     p.add_argument("--in-flight", type=int, default=4, help="batches an actor decodes together, as nmt-translate's")
-    p.add_argument("--timeout", type=float, default=120.0, help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     return p
 
