@@ -63,6 +63,7 @@ COPY export /src/export
 COPY bench /src/bench
 COPY server /src/server
 COPY clients /src/clients
+COPY bulk /src/bulk
 COPY gateway /src/gateway
 COPY protos /src/protos
 RUN set -eux; \

@@ -133,3 +133,13 @@ def test_servers_in_containers_listen_on_every_interface():
     assert compose_file.count("NMT_HOST: 0.0.0.0") == 2 and compose_file.count("NMT_METRICS_HOST: 0.0.0.0") == 2
     server = (DOCKER / "server.Dockerfile").read_text()
     assert "    NMT_HOST=0.0.0.0 \\\n" in server and "    NMT_METRICS_HOST=0.0.0.0 \\\n" in server
+
+
+@pytest.mark.parametrize("name", ["server", "gateway", "train"])
+def test_images_copy_every_package_of_the_wheel(name):
+    """Each image builds the project's wheel from the sources it copies: a package setuptools
+    lists but the Dockerfile leaves out fails the build ("package directory ... does not exist")."""
+    text = (DOCKER / f"{name}.Dockerfile").read_text()
+    copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ") and "/src/" in line}
+    packages = {p.split(".")[0] for p in _pyproject()["tool"]["setuptools"]["packages"]} - {"nmt"}
+    assert packages - copied == set()
