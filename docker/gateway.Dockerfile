@@ -58,8 +58,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     NMT_HTTP_PORT=5000
 USER http
 EXPOSE 5000
-# Ready when the gateway answers and the gRPC service behind it is SERVING.
+# Healthy while the gateway itself answers (/healthz). Not /readyz, which also asks the servers:
+# Swarm replaces an unhealthy container, and restarting the gateway cures no server outage.
 HEALTHCHECK --interval=5s --timeout=4s --start-period=20s --retries=3 \
-    CMD ["python3", "-c", "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:5000/readyz', timeout=3).status != 200)"]
+    CMD ["python3", "-c", "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:5000/healthz', timeout=3).status != 200)"]
 ENTRYPOINT ["tini", "--"]
 CMD ["nmt-http"]

@@ -36,13 +36,14 @@ HTTP_PORT=${E2E_HTTP_PORT:-5061}
 ADDRESS=127.0.0.1:$PORT
 WORK=$(mktemp -d -t nmt-compose-e2e.XXXXXX)
 STARTED=$(date +%s)
-DOCKERD_PID=""
 STACK_UP=""
 WHEEL=""  # the torch wheel this script put in docker/wheels/ (removed at the end)
 PY=.venv/bin/python
 
 log() { echo "[compose-e2e +$(($(date +%s) - STARTED))s] $*"; }
 fail() { echo "[compose-e2e] FAILED: $*" >&2; exit 1; }
+# shellcheck source=scripts/e2e_docker.sh
+source scripts/e2e_docker.sh
 
 # Compose reads these for the build arguments, the mounts and the published ports.
 export BASE_IMAGE NMT_MODELS=$WORK/models NMT_PACKAGE=default NMT_PUBLISH_HOST=127.0.0.1 \
@@ -65,12 +66,7 @@ cleanup() {
       timeout 180 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || log "down failed"
     fi
   fi
-  if [ -n "$DOCKERD_PID" ]; then
-    log "stopping the dockerd this script started (pid $DOCKERD_PID)"
-    kill -TERM "$DOCKERD_PID" 2>/dev/null
-    for _ in $(seq 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
-    kill -0 "$DOCKERD_PID" 2>/dev/null && kill -KILL "$DOCKERD_PID" 2>/dev/null
-  fi
+  stop_engine
   rm -rf "$WORK"
   [ -z "$WHEEL" ] || rm -f "$WHEEL"
   if [ "$rc" -eq 0 ]; then log "PASSED in $(($(date +%s) - STARTED))s"; else log "failed (exit $rc)"; fi
@@ -80,42 +76,13 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- 1. the engine -------------------------------------------------------------------
-need_install=""
-for tool in dockerd docker docker-compose debootstrap; do
-  command -v "$tool" >/dev/null || need_install=1
-done
-if [ -n "$need_install" ]; then
-  [ "$(id -u)" -eq 0 ] || fail "docker.io, docker-compose and debootstrap are missing and this is not root"
-  log "installing docker.io docker-compose debootstrap"
-  timeout 600 apt-get update -qq || fail "apt-get update failed"
-  timeout 900 apt-get install -y -qq docker.io docker-compose debootstrap >"$WORK/apt.log" 2>&1 \
-    || { tail -20 "$WORK/apt.log"; fail "apt-get install failed"; }
-fi
-if ! timeout 20 docker info >/dev/null 2>&1; then
-  [ "$(id -u)" -eq 0 ] || fail "no Docker engine answers and this is not root (cannot start dockerd)"
-  log "starting dockerd"
-  dockerd >"$WORK/dockerd.log" 2>&1 &
-  DOCKERD_PID=$!
-  for _ in $(seq 60); do
-    timeout 5 docker info >/dev/null 2>&1 && break
-    kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -20 "$WORK/dockerd.log"; DOCKERD_PID=""; fail "dockerd exited"; }
-    sleep 1
-  done
-  timeout 5 docker info >/dev/null 2>&1 || { tail -20 "$WORK/dockerd.log"; fail "dockerd did not answer within 60s"; }
-fi
-log "engine $(docker version --format '{{.Server.Version}}'), $(docker-compose version --short)"
+start_engine
 timeout 60 "${COMPOSE[@]}" --profile export config -q || fail "docker-compose config -q"
 # A stack left by an earlier run (E2E_KEEP) would hold the ports.
 timeout 180 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
 
 # --- 2. images -----------------------------------------------------------------------
-if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
-  log "base image $BASE_IMAGE exists"
-else
-  [ "$BASE_IMAGE" = local/debian:bookworm ] || fail "base image $BASE_IMAGE does not exist"
-  log "building $BASE_IMAGE with debootstrap (scripts/base_image.sh, as README says)"
-  bash scripts/base_image.sh "$BASE_IMAGE" >/dev/null || fail "scripts/base_image.sh failed"
-fi
+ensure_base_image
 log "building the server, balancer, gateway and Prometheus images"
 timeout 1800 nice -n 10 "${COMPOSE[@]}" build server lb gateway prometheus >"$WORK/build.log" 2>&1 \
   || { tail -40 "$WORK/build.log"; fail "image build failed"; }
@@ -196,12 +163,16 @@ chmod -R a+rX "$WORK/models"
 # --- 4. the stack --------------------------------------------------------------------
 log "starting 2 CPU replicas, the balancer and Prometheus"
 STACK_UP=1
-# up returns once the replicas are healthy (lb depends on them with service_healthy).
 timeout 400 "${COMPOSE[@]}" up -d || fail "docker-compose up"  # as README: the default stack + monitoring
 mapfile -t replicas < <("${COMPOSE[@]}" ps -q server)
 [ "${#replicas[@]}" -eq 2 ] || fail "expected 2 replicas of server, found ${#replicas[@]}"
+# up returns once the containers started; the replicas are healthy once the model is in.
+end=$((SECONDS + 300))
 for c in "${replicas[@]}"; do
-  [ "$(docker inspect -f '{{.State.Health.Status}}' "$c")" = healthy ] || fail "replica $c is not healthy"
+  until [ "$(docker inspect -f '{{.State.Health.Status}}' "$c")" = healthy ]; do
+    [ $SECONDS -lt $end ] || fail "replica $c is not healthy after 300s"
+    sleep 1
+  done
   [ "$(docker exec "$c" id -u)" != 0 ] || fail "replica $c runs as root"
 done
 

@@ -55,6 +55,10 @@ class ServerConfig(Settings):
     max_queue: int = setting(MAX_QUEUE, "texts waiting to join the batch; beyond it a request gets "
                                    "RESOURCE_EXHAUSTED at once")
     stream_window: int = setting(32, "requests of one stream decoded concurrently")
+    lameduck_seconds: float = setting(0.0, "on SIGTERM, first keep accepting work this long while health "
+                                            "says NOT_SERVING, so balancers that re-resolve names or probe "
+                                            "health (nginx here: every 5 s) stop sending before new work is "
+                                            "refused; then the drain's grace starts")
     grace_seconds: float = setting(10.0, "on SIGTERM, time for in-flight work to finish")
     tls_cert: str = setting("", "the server's certificate (PEM): serve with TLS (with --tls-key)")
     tls_key: str = setting("", "the private key of --tls-cert (PEM)")
@@ -98,8 +102,9 @@ class ServerConfig(Settings):
                 out.append(f"{flag(name)} is {getattr(self, name)}; ports end at 65535")
         if self.metrics_port < -1:
             out.append(f"{flag('metrics_port')} is {self.metrics_port}; give a port, 0 for a free one or -1 for none")
-        if not 0 <= self.grace_seconds < float("inf"):
-            out.append(f"{flag('grace_seconds')} is {self.grace_seconds}; it must be 0 or more")
+        for name in ("grace_seconds", "lameduck_seconds"):
+            if not 0 <= getattr(self, name) < float("inf"):
+                out.append(f"{flag(name)} is {getattr(self, name)}; it must be 0 or more")
         if not 0 <= self.max_connection_age_seconds < float("inf"):
             out.append(f"{flag('max_connection_age_seconds')} is {self.max_connection_age_seconds}; it must be 0 "
                        f"(never) or a number of seconds")

@@ -53,12 +53,16 @@ class RunningServer:
     health: health_aio.HealthServicer
     models: dict[str, LoadedModel]
 
-    async def drain(self, grace: float) -> None:
-        """Health NOT_SERVING and new work UNAVAILABLE at once; in-flight work finishes
-        (within ``grace`` seconds); what has not finished by then ends UNAVAILABLE, so its
-        clients retry elsewhere; then the server stops."""
-        self.service.draining = True
+    async def drain(self, grace: float, lameduck: float = 0.0) -> None:
+        """Health NOT_SERVING at once; new work is still accepted for ``lameduck`` seconds
+        (balancers that only re-resolve names need that long to stop sending it here), then
+        refused with UNAVAILABLE; in-flight work finishes (within ``grace`` seconds); what has
+        not finished by then ends UNAVAILABLE, so its clients retry elsewhere; then the
+        server stops."""
         await self.health.enter_graceful_shutdown()
+        if lameduck > 0:
+            await asyncio.sleep(lameduck)
+        self.service.draining = True
         deadline = time.monotonic() + grace
         while self.service.active and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -332,8 +336,12 @@ async def serve(cfg: ServerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    log.info("signal received: draining (grace %.0fs)", cfg.grace_seconds)
-    await running.drain(cfg.grace_seconds)
+    if cfg.lameduck_seconds > 0:
+        log.info("signal received: NOT_SERVING, still accepting work for %gs, then draining (grace %.0fs)",
+                 cfg.lameduck_seconds, cfg.grace_seconds)
+    else:
+        log.info("signal received: draining (grace %.0fs)", cfg.grace_seconds)
+    await running.drain(cfg.grace_seconds, cfg.lameduck_seconds)
     log.info("stopped")
     return 0
 

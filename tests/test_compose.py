@@ -1,8 +1,11 @@
-"""The deployment files: docker-compose.yml validates with docker-compose (every profile),
-and the server image installs no torch. The stack itself runs in scripts/compose_e2e.sh."""
+"""The deployment files: docker-compose.yml (with docker-compose.override.yml) validates with
+docker-compose (every profile), docker-compose.yml alone takes nothing Docker Swarm rejects, and
+the server image installs no torch. The stacks themselves run in scripts/compose_e2e.sh and
+scripts/swarm_e2e.sh."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -65,20 +68,22 @@ def test_the_replica_count_is_a_setting_that_stays():
                        env={**env, "NMT_CPU_REPLICAS": "4", "DOCKER_HOST": "unix:///nonexistent/docker.sock"}) \
         if shutil.which("docker-compose") else pytest.skip("docker-compose is not installed")
     assert r.returncode == 0, r.stderr
-    assert "scale: 4" in r.stdout
+    assert "replicas: 4" in r.stdout
 
 
 def test_compose_wiring():
     text = compose("--profile", "gpu", "--profile", "monitoring", "--profile", "export", "config").stdout
-    assert "scale: 2" in text
-    assert re.search(r"lb:\n(?:    .*\n)*?    depends_on:\n      server:\n        condition: service_healthy", text)
+    assert "replicas: 2" in text
+    # The balancer starts without replicas too (it resolves them per request): no health condition,
+    # which Swarm's stack files cannot express.
+    assert re.search(r"lb:\n(?:    .*\n)*?    depends_on:\n      server:\n        condition: service_started", text)
     assert "- capabilities:\n            - gpu\n            count: 1\n            driver: nvidia" in text
     assert "nmt-export /checkpoints/default/model.pt /models/default --force --int8 --fp16" in " ".join(text.split())
     assert text.count("- nmt-health") == 2  # both servers' health checks use the gRPC probe
     assert "127.0.0.1:50051:8080" in text  # published on loopback unless NMT_PUBLISH_HOST says otherwise
     # The HTTP gateway talks gRPC to the balancer, listens on every interface of its container,
     # and is published on its own port.
-    assert re.search(r"gateway:\n(?:    .*\n)*?    depends_on:\n      lb:\n        condition: service_healthy", text)
+    assert re.search(r"gateway:\n(?:    .*\n)*?    depends_on:\n      lb:\n        condition: service_started", text)
     assert "NMT_HTTP_GRPC_ADDRESS: lb:8080" in text and "NMT_HTTP_HOST: 0.0.0.0" in text
     assert "127.0.0.1:5000:5000" in text
 
@@ -114,7 +119,7 @@ def test_training_image_pins_the_torch_of_the_cpu_install():
     pinned = re.search(r"^torch==(\S+)$", (ROOT / "scripts/constraints-cpu.txt").read_text(), re.M).group(1)
     text = (DOCKER / "train.Dockerfile").read_text()
     assert f"ARG TORCH_VERSION={pinned}\n" in text
-    assert f"TORCH_VERSION: ${{TORCH_VERSION:-{pinned}}}" in (ROOT / "docker-compose.yml").read_text()
+    assert f"TORCH_VERSION: ${{TORCH_VERSION:-{pinned}}}" in (ROOT / "docker-compose.override.yml").read_text()
 
 
 def test_build_context_holds_sources_not_data():
@@ -129,7 +134,7 @@ def test_build_context_holds_sources_not_data():
 def test_servers_in_containers_listen_on_every_interface():
     """nmt-serve listens on 127.0.0.1 unless told; in a container the balancer, Prometheus and the
     published ports reach it from outside, so the image and both services say so explicitly."""
-    compose_file = (ROOT / "docker-compose.yml").read_text()
+    compose_file = (ROOT / "docker-compose.yml").read_text() + (ROOT / "docker-compose.override.yml").read_text()
     assert compose_file.count("NMT_HOST: 0.0.0.0") == 2 and compose_file.count("NMT_METRICS_HOST: 0.0.0.0") == 2
     server = (DOCKER / "server.Dockerfile").read_text()
     assert "    NMT_HOST=0.0.0.0 \\\n" in server and "    NMT_METRICS_HOST=0.0.0.0 \\\n" in server
@@ -143,3 +148,62 @@ def test_images_copy_every_package_of_the_wheel(name):
     copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ") and "/src/" in line}
     packages = {p.split(".")[0] for p in _pyproject()["tool"]["setuptools"]["packages"]} - {"nmt"}
     assert packages - copied == set()
+
+
+def _stack_file() -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_the_stack_file_holds_nothing_swarm_rejects_and_the_extras_are_behind_profiles():
+    """`docker stack deploy -c docker-compose.yml` takes the file unchanged: Swarm's schema has no
+    profiles, no scale, no depends_on conditions and no device requests; those live in the
+    override file docker-compose reads by itself, every service there behind a profile."""
+    import yaml
+
+    stack = _stack_file()
+    assert set(stack["services"]) == {"server", "lb", "gateway"}
+    for name, service in stack["services"].items():
+        assert not {"profiles", "scale", "devices"} & set(service), name
+        assert isinstance(service.get("depends_on", []), list), name
+        assert "devices" not in json.dumps(service.get("deploy", {})), name
+    server = stack["services"]["server"]["deploy"]
+    assert server["replicas"] == "${NMT_CPU_REPLICAS:-2}" and server["endpoint_mode"] == "dnsrr"
+    assert server["update_config"]["order"] == "start-first" and server["update_config"]["failure_action"] == "rollback"
+    extras = yaml.safe_load((ROOT / "docker-compose.override.yml").read_text())["services"]
+    assert {name: s["profiles"] for name, s in extras.items()} == {
+        "server-gpu": ["gpu"], "prometheus": ["monitoring"], "export": ["export"]}
+
+
+def test_a_replica_stops_within_its_grace_period():
+    """Swarm and compose SIGKILL a container stop_grace_period after SIGTERM: the lame-duck
+    period and the drain's grace must both fit in it."""
+    server = _stack_file()["services"]["server"]
+    env = server["environment"]
+    period = int(server["stop_grace_period"].rstrip("s"))
+    assert period >= float(env["NMT_LAMEDUCK_SECONDS"]) + float(env["NMT_GRACE_SECONDS"]) + 5
+    # The lame duck outlasts the balancer's DNS cache, so nginx stops sending before work is refused.
+    valid = int(re.search(r"resolver 127\.0\.0\.11 valid=(\d+)s", (DOCKER / "nginx.conf").read_text()).group(1))
+    assert float(env["NMT_LAMEDUCK_SECONDS"]) > valid
+
+
+def _docker_stack_config(*files: str) -> subprocess.CompletedProcess:
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "stack", "config", "--help"], capture_output=True).returncode != 0:
+        pytest.skip("no docker CLI with `docker stack config` (Docker 23 or later)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NMT_", "COMPOSE_", "DOCKER_"))}
+    args = [a for f in files for a in ("-c", f)]
+    return subprocess.run([docker, "stack", "config", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_swarm_reads_the_stack_file():
+    r = _docker_stack_config("docker-compose.yml")
+    assert r.returncode == 0, r.stderr
+    assert "replicas: 2" in r.stdout and "endpoint_mode: dnsrr" in r.stdout and "order: start-first" in r.stdout
+    r = _docker_stack_config("docker-compose.yml", "docker/swarm-without-ipvs.yml")
+    assert r.returncode == 0, r.stderr
+    # Each entry point publishes its port once, on the node that runs it.
+    assert r.stdout.count("mode: host") == 2 and r.stdout.count("published: ") == 2
+    assert r.stdout.count("endpoint_mode: dnsrr") == 3

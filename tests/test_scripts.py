@@ -115,3 +115,35 @@ def test_a_package_served_by_a_running_server_is_not_exported_again(tiny_package
 def test_train_default_refuses_a_ship_value_it_does_not_know():
     r = script("bash", "scripts/train_default.sh", env={**ENV, "SHIP": "yes", "PYTHON": sys.executable})
     assert (r.returncode, r.stderr, r.stdout) == (2, "SHIP must be 0 or 1, got 'yes'\n", "")
+
+
+def test_steady_load_counts_every_request_and_fails_on_a_refusal(tiny_package, tmp_path):
+    """scripts/steady_load.py (the load of scripts/swarm_e2e.sh's rolling update): exit 0 with only
+    successes; a request refused while the server drains is a failure, with its status and reason."""
+    s = ServerThread(tiny_package)
+    try:
+        def run(refuse_after: float | None) -> tuple[int, dict]:
+            stop = tmp_path / f"stop-{refuse_after}"
+            load = subprocess.Popen([sys.executable, "scripts/steady_load.py", "--address", s.address, "--workers",
+                                     "2", "--stop-file", str(stop), "--max-seconds", "60"], cwd=ROOT, env=ENV,
+                                    stdout=subprocess.PIPE, text=True)
+            time.sleep(3)
+            if refuse_after is not None:
+                s.running.service.draining = True  # what SIGTERM does after the lame-duck period
+                time.sleep(refuse_after)
+                s.running.service.draining = False
+            stop.touch()
+            out, _ = load.communicate(timeout=60)
+            return load.returncode, json.loads(out)
+
+        rc, summary = run(None)
+        assert rc == 0 and summary["failed"] == 0 and summary["first_errors"] == []
+        assert list(summary["requests"]) == ["grpc"] and list(summary["requests"]["grpc"]) == ["OK"]
+        assert summary["requests"]["grpc"]["OK"] > 0
+        rc, summary = run(0.5)
+        assert rc == 1
+        assert summary["requests"]["grpc"]["OK"] > 0
+        assert summary["failed"] == summary["requests"]["grpc"]["UNAVAILABLE"] > 0
+        assert summary["first_errors"][0].endswith(" grpc: UNAVAILABLE: the server is shutting down; retry elsewhere")
+    finally:
+        s.stop()

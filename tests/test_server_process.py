@@ -90,6 +90,42 @@ def test_sigterm_drains_in_flight_work_and_exits_zero(tiny_package):
         proc.kill()
 
 
+def test_lameduck_keeps_serving_new_work_after_sigterm_then_refuses_it(tiny_package):
+    """--lameduck-seconds: after SIGTERM health says NOT_SERVING at once, new work is still
+    answered for that long (a balancer that re-resolves names every few seconds may still send
+    some), then refused with UNAVAILABLE; the process exits 0."""
+    proc, port = start(tiny_package, "--lameduck-seconds", "4", "--grace-seconds", "5")
+    try:
+        wait_serving(port, proc)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = pb_grpc.TranslatorStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
+        proc.send_signal(signal.SIGTERM)
+        end = time.monotonic() + 10
+        while health.Check(health_pb2.HealthCheckRequest(), timeout=5).status != \
+                health_pb2.HealthCheckResponse.NOT_SERVING:
+            assert time.monotonic() < end, "health never said NOT_SERVING"
+            time.sleep(0.02)
+        signalled = time.monotonic()
+        answer = stub.Translate(request("Jesus wept."), timeout=10)  # inside the lame-duck period
+        assert time.monotonic() - signalled < 4, "this machine is too slow for the test's timing"
+        assert len(answer.translations) == 1 and answer.translations[0].hypotheses
+        with pytest.raises(grpc.RpcError) as err:  # then new work is refused
+            while True:
+                stub.Translate(request("Jesus wept."), timeout=10)
+                assert time.monotonic() < signalled + 15, "new work was never refused"
+                time.sleep(0.1)
+        # Refused by the draining server, or, with nothing in flight, by its closed port.
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert err.value.details() == "the server is shutting down; retry elsewhere" \
+            or "Connection refused" in err.value.details()
+        assert time.monotonic() - signalled > 3.5
+        assert proc.wait(timeout=30) == 0
+        assert "still accepting work for 4s" in proc.stderr.read()
+    finally:
+        proc.kill()
+
+
 def _metric(metrics_port: int, prefix: str) -> float:
     import urllib.request
 

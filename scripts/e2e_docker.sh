@@ -1,0 +1,55 @@
+# Shared by scripts/compose_e2e.sh and scripts/swarm_e2e.sh (sourced, not run): a Docker engine
+# and the base image. The caller defines log, fail and WORK (a scratch directory), and calls
+# stop_engine from its exit trap.
+DOCKERD_PID=""  # the dockerd start_engine started, if any
+
+# Starts a Docker engine when none answers (installs docker.io, docker-compose and debootstrap
+# from Debian first when missing; starting needs root).
+start_engine() {
+  local need_install="" tool
+  for tool in dockerd docker docker-compose debootstrap; do
+    command -v "$tool" >/dev/null || need_install=1
+  done
+  if [ -n "$need_install" ]; then
+    [ "$(id -u)" -eq 0 ] || fail "docker.io, docker-compose and debootstrap are missing and this is not root"
+    log "installing docker.io docker-compose debootstrap"
+    timeout 600 apt-get update -qq || fail "apt-get update failed"
+    timeout 900 apt-get install -y -qq docker.io docker-compose debootstrap >"$WORK/apt.log" 2>&1 \
+      || { tail -20 "$WORK/apt.log"; fail "apt-get install failed"; }
+  fi
+  if ! timeout 20 docker info >/dev/null 2>&1; then
+    [ "$(id -u)" -eq 0 ] || fail "no Docker engine answers and this is not root (cannot start dockerd)"
+    log "starting dockerd"
+    dockerd >"$WORK/dockerd.log" 2>&1 &
+    DOCKERD_PID=$!
+    for _ in $(seq 60); do
+      timeout 5 docker info >/dev/null 2>&1 && break
+      kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -20 "$WORK/dockerd.log"; DOCKERD_PID=""; fail "dockerd exited"; }
+      sleep 1
+    done
+    timeout 5 docker info >/dev/null 2>&1 || { tail -20 "$WORK/dockerd.log"; fail "dockerd did not answer within 60s"; }
+  fi
+  log "engine $(docker version --format '{{.Server.Version}}'), $(docker-compose version --short)"
+}
+
+# Stops the dockerd start_engine started (nothing when the engine was already running).
+stop_engine() {
+  [ -n "$DOCKERD_PID" ] || return 0
+  log "stopping the dockerd this script started (pid $DOCKERD_PID)"
+  kill -TERM "$DOCKERD_PID" 2>/dev/null
+  for _ in $(seq 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
+  kill -0 "$DOCKERD_PID" 2>/dev/null && kill -KILL "$DOCKERD_PID" 2>/dev/null
+  DOCKERD_PID=""
+}
+
+# The base image $BASE_IMAGE: reused while it exists; local/debian:bookworm is built with
+# debootstrap (scripts/base_image.sh, as README says), any other must exist.
+ensure_base_image() {
+  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    log "base image $BASE_IMAGE exists"
+  else
+    [ "$BASE_IMAGE" = local/debian:bookworm ] || fail "base image $BASE_IMAGE does not exist"
+    log "building $BASE_IMAGE with debootstrap (scripts/base_image.sh, as README says)"
+    bash scripts/base_image.sh "$BASE_IMAGE" >/dev/null || fail "scripts/base_image.sh failed"
+  fi
+}
