@@ -21,6 +21,8 @@ from server.config import ConfigError, ServerConfig, parse_args
                                          "limits needs (--max-beam x (--max-tokens + --max-output-tokens) = 4096)"),
     (["--port", "70000"], "--port is 70000; ports end at 65535"),
     (["--threads", "-3"], "--threads is -3; it must be at least 0"),
+    (["--lameduck-seconds", "-1"], "--lameduck-seconds is -1.0; it must be 0 or more"),
+    (["--grace-seconds", "inf"], "--grace-seconds is inf; it must be 0 or more"),
     (["--metrics-port", "-2"], "--metrics-port is -2; give a port, 0 for a free one or -1 for none"),
     (["--metrics-port", "70000"], "--metrics-port is 70000; ports end at 65535"),
     (["--device", "gpu"], "--device is 'gpu'; it must be auto, cuda or cpu"),
