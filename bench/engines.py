@@ -57,7 +57,16 @@ def rss_mib() -> float:
 
 
 def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """Peak resident set size of this process. Linux: VmHWM, which starts afresh at exec;
+    ru_maxrss does not (it keeps the peak of the forked parent's copy, so a child started from
+    a big process would report the parent's RSS as its own)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
 
 
 def import_engine(engine: str) -> None:

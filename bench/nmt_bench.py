@@ -3,7 +3,9 @@
     nmt-bench --checkpoint runs/small-ende --package packages/small-ende --sentences 128 --threads 1
 
 Sentences: the first ``--sentences`` of the checkpoint's test split (split evenly over its
-directions; the bundled Bible by default), or ``--input`` (one source a line, or
+directions; the bundled Bible by default; left out, at least the largest batch size per
+direction, so that every batch holds what its row says: a batch size larger than a direction's
+sentences is a usage error), or ``--input`` (one source a line, or
 ``source<TAB>reference``, in the one direction ``--directions`` names). Each direction's sentences are
 sorted by length and cut into batches; every engine decodes exactly those batches, greedy
 and beam (``--beam``, GNMT length penalty alpha 0.6; CTranslate2's length penalty
@@ -35,7 +37,7 @@ Every offline configuration runs in a fresh child process (bench/engines.py): wa
 the first batch, then every batch timed (``--repeats`` passes, the fastest kept; the
 server: the whole load repeated). Reported: sentences/s and target tokens/s (wall
 time over all batches), latency per batch (server: per request), peak RSS delta (child's
-``ru_maxrss`` minus its RSS after importing the engine, before loading the model; server:
+VmHWM minus its RSS after importing the engine, before loading the model; server:
 its VmHWM minus the RSS of a process that imported the server's modules), BLEU against
 the references (sacrebleu, all directions pooled), and the share of texts identical to
 pytorch-cache's (the reference decoder; onnx-fp32's if pytorch-cache is not run) in the
@@ -125,10 +127,12 @@ def load_items(args: argparse.Namespace, data_cfg: Any, tokenizer: Any) -> list[
             if line.strip():
                 src, _, ref = line.partition("\t")
                 raw.append((src.strip(), src_lang, tgt_lang, ref.strip() or None))
-        raw = raw[: args.sentences]
+        raw = raw[: args.sentences if args.sentences_given else max(args.sentences, *args.batch_sizes)]
     else:
         directions = list(args.directions or data_cfg.directions)
         per_direction = -(-args.sentences // len(directions))
+        if not args.sentences_given:
+            per_direction = max(per_direction, *args.batch_sizes)
         by_dir: dict[str, list[tuple[str, str, str, str | None]]] = {d: [] for d in directions}
         for p in load_pairs(data_cfg, "test"):
             got = by_dir.get(p.direction)
@@ -261,12 +265,27 @@ def summarise(engine: str, mode: str, bs: int, batches: list[BenchBatch], total:
         sel = [i for i, it in enumerate(items) if f"{it.src_lang}-{it.tgt_lang}" == d]
         by_dir[d] = bleu([texts[i] for i in sel], [items[i].ref for i in sel])
     return {"engine": engine, "mode": mode, "batch_size": bs, "batches": len(batches), "sentences": len(items),
+            "mean_batch": round(len(items) / len(batches), 1),
             "seconds": round(total, 3), "sentences_per_s": round(len(items) / total, 2),
             "tokens_per_s": round(sum(tokens) / total, 1), "target_tokens": int(sum(tokens)),
             "latency_ms": {"mean": round(float(lat.mean()), 1), "p50": round(float(np.percentile(lat, 50)), 1),
                            "p90": round(float(np.percentile(lat, 90)), 1)},
             "peak_rss_delta_mib": round(rss, 1), "bleu": bleu(texts, [it.ref for it in items]),
             "bleu_by_direction": by_dir, "texts": texts}
+
+
+def check_batches_fill(items: list[Item], batch_sizes: list[int]) -> None:
+    """UsageError when a batch size is larger than a direction's sentences: its rows would
+    measure smaller batches than they say (a direction's batches never mix directions)."""
+    counts: dict[str, int] = {}
+    for it in items:
+        counts[f"{it.src_lang}-{it.tgt_lang}"] = counts.get(f"{it.src_lang}-{it.tgt_lang}", 0) + 1
+    direction, fewest = min(counts.items(), key=lambda kv: kv[1])
+    if max(batch_sizes) > fewest:
+        bs = max(batch_sizes)
+        raise UsageError(f"batch {bs} is larger than the {fewest} sentences of {direction}: its batches would hold "
+                         f"{fewest}; pass --sentences {bs * len(counts)} or more (they are split over "
+                         f"{len(counts)} directions), fewer --directions, or leave --sentences out")
 
 
 def run_config(args: argparse.Namespace, engine: str, mode: str, bs: int, items: list[Item], tokenizer: Any,
@@ -382,6 +401,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.cpu_json:
         check_input_file(args.cpu_json, "--cpu-json", "the JSON nmt-bench wrote on the CPU")
     args.gpu_targets = args.gpu_targets or args.device == "cuda"
+    # Not given: the device's default, raised so that every direction fills its largest batch.
+    args.sentences_given = args.sentences is not None
     args.sentences = DEFAULT_SENTENCES[args.device] if args.sentences is None else args.sentences
     args.directions = [d.strip() for d in args.directions.split(",") if d.strip()] if args.directions else None
     if args.file and args.directions and len(args.directions) != 1:
@@ -556,12 +577,7 @@ def run_configs(args: argparse.Namespace, info: dict[str, Any], items: list[Item
     configs = [(m, bs, e) for m in args.modes for bs in args.batch_sizes for e in args.engines]
     print(f"{len(items)} sentences ({', '.join(info['directions'])}), {args.threads} thread(s), {args.device}; "
           f"{len(configs)} configurations", flush=True)
-    per_direction = max(sum(1 for it in items if (it.src_lang, it.tgt_lang) == d)
-                        for d in {(it.src_lang, it.tgt_lang) for it in items})
-    for bs in args.batch_sizes:
-        if bs > per_direction:
-            print(f"note: batch {bs} is larger than the {per_direction} sentences of a direction: its batches "
-                  f"hold at most {per_direction} (raise --sentences)", flush=True)
+    check_batches_fill(items, args.batch_sizes)
     rows: list[dict[str, Any]] = []
     for n, (mode, bs, engine) in enumerate(configs, 1):
         sweep = f", clients {','.join(map(str, args.clients))}" if engine == SERVER else ""

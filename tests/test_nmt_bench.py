@@ -302,3 +302,39 @@ def test_a_failing_client_count_keeps_the_others_and_a_cpu_server_is_no_gpu_row(
         nmt_bench.run_config(args, "server", "beam", 2, items, None, {}, 10.0)
     assert started[-1]["rows"] == 1024 and started[-1]["device"] == "cuda"  # beam 4 x the largest batch, 256
     assert "262144" in started[-1]["extra"]
+
+
+def test_a_batch_size_larger_than_a_direction_is_refused_and_the_default_fills_it(tiny_checkpoint, tiny_package,
+                                                                                   tmp_path, capsys):
+    """Rows say the batch size they measured: 128 sentences over 6 directions are 22 a direction,
+    so "batch 32" would be batches of 22. Given --sentences, that is a usage error; left out, the
+    sentences grow to fill the largest batch of every direction."""
+    from bench.nmt_bench import Item, check_batches_fill
+
+    items = [Item("x", src, tgt, None, [1], ()) for src, tgt in [("en", "de")] * 40 + [("de", "en")] * 22]
+    check_batches_fill(items, [1, 22])
+    with pytest.raises(UsageError) as e:
+        check_batches_fill(items, [1, 32])
+    assert str(e.value) == ("batch 32 is larger than the 22 sentences of de-en: its batches would hold 22; pass "
+                            "--sentences 64 or more (they are split over 2 directions), fewer --directions, or "
+                            "leave --sentences out")
+    sources = tmp_path / "sources.tsv"
+    sources.write_text(SOURCES)
+    assert main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--engines", "onnx-fp32",
+                 "--modes", "greedy", "--input", str(sources), "--directions", "en-de", "--batch-sizes", "1,8",
+                 "--json", str(tmp_path / "b.json")]) == 2
+    assert "nmt-bench: error: batch 8 is larger than the 4 sentences of en-de" in capsys.readouterr().err
+
+
+def test_peak_rss_is_the_child_s_own_not_its_parent_s():
+    """A child started from a big process (as nmt-bench's engines are) reports its own peak
+    (VmHWM starts afresh at exec; ru_maxrss keeps the forked parent's)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    ballast = np.ones(400 * 2**20 // 8)  # 400 MiB, touched
+    code = "from bench.engines import peak_rss_mib; print(peak_rss_mib())"
+    child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert ballast.sum() > 0 and child < 300
