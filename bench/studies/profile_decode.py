@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ckpt_path = ckpt_io.resolve(args.checkpoint)
     ckpt = ckpt_io.load(ckpt_path)
     tok = ckpt_io.load_tokenizer(ckpt)
-    ns = argparse.Namespace(file=args.file, directions=[args.pair] if args.pair else None, sentences=args.sentences)
+    ns = argparse.Namespace(file=args.file, directions=[args.pair] if args.pair else None, sentences=args.sentences,
+                            sentences_given=True)
     items = load_items(ns, RunConfig.from_dict(ckpt["config"]).data, tok)
     batches = [[items[i].ids for i in b.rows] for b in make_batches(items, args.batch_size)]
     package = ModelPackage.load(args.package)
