@@ -39,10 +39,12 @@ from engine.defaults import default_max_len
 Decoder = Callable[[list[list[int]]], list[list[int]]]  # sources (tag + pieces + eos) -> output ids
 
 CPU_ENGINES = ("pytorch", "pytorch-cache", "onnx-fp32", "onnx-int8", "onnx-fp32-resident", "ct2-fp32", "ct2-int8")
+SHORTLIST_ENGINES = ("onnx-fp32-shortlist", "onnx-int8-shortlist")  # only when named: the package needs a shortlist
 CUDA_ENGINES = ("pytorch-cache", "onnx-fp32", "onnx-fp16", "ct2-fp16")
 HF_CPU_ENGINES = ("hf-fp32", "optimum-fp32")  # Transformers and Optimum (the hf extra): only when named
 HF_CUDA_ENGINES = ("hf-fp16", "optimum-fp32")
 RESIDENT_SUFFIX = "-resident"  # an onnx engine with RuntimeOptions(resident="on")
+SHORTLIST_SUFFIX = "-shortlist"  # an onnx engine on the package's vocabulary shortlist (the others: without)
 
 
 def rss_mib() -> float:
@@ -121,11 +123,15 @@ def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
 
     engine = work["engine"]
     resident = "on" if engine.endswith(RESIDENT_SUFFIX) else "auto"  # auto: on CUDA, off on the CPU
-    variant = engine.removesuffix(RESIDENT_SUFFIX).split("-")[1]
+    shortlist = engine.endswith(SHORTLIST_SUFFIX)
+    variant = engine.removesuffix(RESIDENT_SUFFIX).removesuffix(SHORTLIST_SUFFIX).split("-")[1]
     rt = Runtime(ModelPackage.load(work["package"]),
-                 RuntimeOptions(device=work["device"], threads=work["threads"], variant=variant, resident=resident))
+                 RuntimeOptions(device=work["device"], threads=work["threads"], variant=variant, resident=resident,
+                                shortlist=shortlist))
     if rt.device != work["device"]:
         raise RuntimeError(f"onnxruntime runs on {rt.device}, not {work['device']} (providers {rt.providers})")
+    if shortlist and rt.shortlist is None:
+        raise RuntimeError(f"{work['package']} has no {variant} shortlist graph (python -m export.shortlist_graph)")
     options = DecodeOptions(beam_size=work["beam_size"], alpha=work["alpha"])
     info = {"device": rt.device, "variant": rt.variant, "resident": bool(rt.resident)}
     prefix = work.get("prefix", [])  # an imported model's forced target code (NLLB)

@@ -14,7 +14,9 @@ is length ** alpha, so its beam outputs may differ slightly).
 Engines (``--engines``, CPU): pytorch (training/decode.py without the KV cache),
 pytorch-cache, onnx-fp32 / onnx-int8 (the server's decoding loop, offline),
 onnx-fp32-resident (the same loop on the device-resident path CUDA uses, forced on the
-CPU: its cost there beside the numpy path), ct2-fp32 / ct2-int8 (the checkpoint converted
+CPU: its cost there beside the numpy path), onnx-fp32-shortlist / onnx-int8-shortlist when named
+(the same loop scoring only the package's vocabulary shortlist, engine/shortlist.py; the plain onnx
+engines score every piece), ct2-fp32 / ct2-int8 (the checkpoint converted
 by bench/peers/ct2_convert.py), hf-fp32 / optimum-fp32 when named (Transformers generate() and
 Optimum's ORTModelForSeq2SeqLM on the checkpoint converted by bench/peers/hf_convert.py; the ``hf``
 extra; hf-fp16 on --device cuda), and server: ``nmt-serve`` in a subprocess on 127.0.0.1, fed by
@@ -60,7 +62,14 @@ from typing import Any
 import numpy as np
 
 from bench import bench_report
-from bench.engines import CPU_ENGINES, CUDA_ENGINES, HF_CPU_ENGINES, HF_CUDA_ENGINES, RESIDENT_SUFFIX
+from bench.engines import (
+    CPU_ENGINES,
+    CUDA_ENGINES,
+    HF_CPU_ENGINES,
+    HF_CUDA_ENGINES,
+    RESIDENT_SUFFIX,
+    SHORTLIST_ENGINES,
+)
 from cli import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -413,7 +422,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UsageError("--hf-dir needs --input: an imported model has no test split of ours")
     defaults = IMPORTED_ENGINES if args.hf_dir else DEFAULT_ENGINES[args.device]
     args.engines = [e.strip() for e in args.engines.split(",")] if args.engines else list(defaults)
-    allowed = (set(CPU_ENGINES) | set(HF_CPU_ENGINES) if args.device == "cpu"
+    allowed = (set(CPU_ENGINES) | set(HF_CPU_ENGINES) | set(SHORTLIST_ENGINES) if args.device == "cpu"
                else set(CUDA_ENGINES) | set(HF_CUDA_ENGINES)) | {SERVER}
     if args.hf_dir:
         allowed &= set(IMPORTED_ENGINES)

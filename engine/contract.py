@@ -45,6 +45,11 @@ Rows:     cache_rows int64[R], cache_slots int64[P'], cross_rows int64[R], old_c
           enc_k_i [J,H,Dh,S'], enc_v_i [J,H,S',Dh] (the newcomers' encoder output)
           -> next_cross_k_i [R,H,Dh,W], next_cross_v_i, next_cache_k_i [R,H,Dh,P'], next_cache_v_i
              (see export/resident.py, RowsGraph, for what the indices mean).
+
+Shortlist (optional; export/shortlist_graph.py): the decoder step with two more inputs,
+          vocab_ids int64[V'] (the pieces the batch may produce, sorted) and vocab_mask bool[B,V']
+          (those each row may produce) -> log_probs float[B,V'] (column j: piece vocab_ids[j],
+          normalised over the row's own pieces), the rest as the decoder step.
 """
 
 from __future__ import annotations
@@ -69,8 +74,12 @@ LOG_PROBS, NEW_K, NEW_V, CROSS_ATTENTION = "log_probs", "new_k", "new_v", "cross
 
 STEP = "step"  # device-resident decoder step (optional graph)
 ROWS = "rows"  # device-resident buffer rebuild (optional graph)
+SHORTLIST = "shortlist"  # decoder step over a vocabulary shortlist (optional graph)
 REQUIRED_GRAPHS = (ENCODER, DECODER)
 RESIDENT_GRAPHS = (STEP, ROWS)
+SHORTLIST_GRAPHS = (SHORTLIST,)
+SHORTLIST_FILE = "shortlist.npz"  # what engine/shortlist.py learned, in a package with the shortlist graph
+VOCAB_IDS, VOCAB_MASK = "vocab_ids", "vocab_mask"
 REORDER, SCORES, BAN_EOS, TOP_K = "reorder", "scores", "ban_eos", "top_k"
 CACHE_K, CACHE_V = "cache_k", "cache_v"
 TOP_VALUES, TOP_IDS = "top_values", "top_ids"
@@ -108,6 +117,10 @@ def decoder_outputs(n_layers: int) -> tuple[str, ...]:
     return (LOG_PROBS, *per_layer(NEW_K, n_layers), *per_layer(NEW_V, n_layers), CROSS_ATTENTION)
 
 
+def shortlist_inputs(n_layers: int) -> tuple[str, ...]:
+    return (*decoder_inputs(n_layers), VOCAB_IDS, VOCAB_MASK)
+
+
 def step_inputs(n_layers: int) -> tuple[str, ...]:
     return (INPUT_IDS, POSITIONS, PAST_MASK, SRC_MASK, REORDER, SCORES, BAN_EOS, TOP_K,
             *per_layer(CROSS_K, n_layers), *per_layer(CROSS_V, n_layers), *per_layer(CACHE_K, n_layers),
@@ -135,7 +148,8 @@ def graph_names(n_layers: int) -> dict[str, tuple[tuple[str, ...], tuple[str, ..
     return {ENCODER: (ENCODER_INPUTS, encoder_outputs(n_layers)),
             DECODER: (decoder_inputs(n_layers), decoder_outputs(n_layers)),
             STEP: (step_inputs(n_layers), step_outputs(n_layers)),
-            ROWS: (rows_inputs(n_layers), rows_outputs(n_layers))}
+            ROWS: (rows_inputs(n_layers), rows_outputs(n_layers)),
+            SHORTLIST: (shortlist_inputs(n_layers), decoder_outputs(n_layers))}
 
 
 # Graph variants: file name suffix -> what it is for.

@@ -145,15 +145,17 @@ class Job:
         self.step += 1
         return np.arange(self.k)
 
-    def advance(self, logp: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
+    def advance(self, logp: np.ndarray, attention: np.ndarray | None, ids: np.ndarray | None = None) -> np.ndarray:
         """Beam search's step: consume this step's log-probabilities (k, V) and return each
-        new beam's parent (the index of the beam it extends; dead beams: 0)."""
+        new beam's parent (the index of the beam it extends; dead beams: 0). With ``ids`` (a
+        shortlist), column j of ``logp`` is token ids[j]."""
         if self.forcing:
             return self._force()
         vocab = logp.shape[1]
         cand = (self.scores[:, None] + logp).reshape(-1)
         top = best_candidates(cand, 2 * self.k)
-        parents = self._beam(top // vocab, top % vocab, cand[top], attention)
+        tokens = top % vocab if ids is None else ids[top % vocab]
+        parents = self._beam(top // vocab, tokens, cand[top], attention)
         self._next_step()
         return parents
 
@@ -318,6 +320,52 @@ class Batch:
         self.rows_of: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
         self.n = 0  # rows in use: 0 .. n-1
         self._alloc(0, 0, 0)
+        # With a shortlist (runtime.shortlist): each job's allowed target ids, their union (the
+        # columns a step scores, sorted) and which of them each row may use (its own job's).
+        self.allowed_of: dict[int, np.ndarray] = {}
+        self.vocab: np.ndarray | None = None
+        self.vocab_mask = np.zeros((0, 0), dtype=bool)  # (rows capacity, union size)
+        self._vocab_jobs = 0
+
+    def _refresh_vocab(self) -> None:
+        """The union of the live jobs' shortlists and every row's mask over it. A row's mask is
+        its own job's list, so its scores do not depend on which other jobs share the batch;
+        the union only decides which columns a step computes. Rebuilt when jobs join with
+        pieces it lacks, and when those that left could have shrunk it by half (the masks'
+        rows otherwise move with the rows, as the caches do: cheaper than a rebuild per leaver)."""
+        if self.rt.shortlist is None or not self.jobs:
+            self.vocab, self.vocab_mask, self._vocab_jobs = None, np.zeros((0, 0), dtype=bool), 0
+            return
+        lists = [self.allowed_of[j.id] for j in self.jobs]
+        self.vocab = np.unique(np.concatenate(lists)).astype(np.int64)
+        self.vocab_mask = np.zeros((self.rows_capacity, self.vocab.size), dtype=bool)
+        for j, allowed in zip(self.jobs, lists):
+            self.vocab_mask[self.rows_of[j.id][:, None], np.searchsorted(self.vocab, allowed)[None, :]] = True
+        self._vocab_jobs = len(self.jobs)  # jobs the union was built for
+
+    @property
+    def rows_capacity(self) -> int:
+        return self.src_mask.shape[0]
+
+    def _join_vocab(self, jobs: list[Job]) -> None:
+        """Newcomers' rows in the masks; the union rebuilt only when it lacks some of their pieces."""
+        if self.rt.shortlist is None:
+            return
+        if self.vocab is None or self.vocab_mask.shape[0] < self.rows_capacity or any(
+                not np.isin(self.allowed_of[j.id], self.vocab, assume_unique=True).all() for j in jobs):
+            self._refresh_vocab()
+            return
+        for j in jobs:
+            rows = self.rows_of[j.id]
+            self.vocab_mask[rows] = False
+            self.vocab_mask[rows[:, None], np.searchsorted(self.vocab, self.allowed_of[j.id])[None, :]] = True
+        self._vocab_jobs += len(jobs)
+
+    def _allowed(self, job: Job) -> np.ndarray:
+        """A job's shortlist: what the runtime allows its source, never pad (no token), always eos."""
+        got = self.rt.allowed(job.src)
+        ids = np.arange(self.rt.package.dims.vocab_size) if got is None else got
+        return np.union1d(ids[ids != job.pad], [job.eos])
 
     def _alloc(self, rows: int, slots: int, width: int) -> None:
         self._new_cache(rows, slots)
@@ -403,21 +451,27 @@ class Batch:
             self.past_mask[rows] = False  # the new rows see none of the cache before them
             for job, first in zip(jobs, np.cumsum([n, *ks[:-1]])):
                 self.rows_of[job.id] = np.arange(first, first + job.k)
+                if self.rt.shortlist is not None:
+                    self.allowed_of[job.id] = self._allowed(job)
             self.n += sum(ks)
             self.jobs.extend(jobs)
+        self._join_vocab([j for g in groups for j in g.jobs])
 
     def remove(self, leaving: set[int]) -> None:
         """Drop the jobs whose ids are in ``leaving``; the last rows fill their places."""
         if not leaving:
             return
         self.jobs = [j for j in self.jobs if j.id not in leaving]
+        for jid in leaving:
+            self.allowed_of.pop(jid, None)
         holes = np.sort(np.concatenate([self.rows_of.pop(jid) for jid in leaving]))
         n = self.n - len(holes)
         targets = holes[holes < n]  # rows below the new end that must be refilled
         left = set(holes.tolist())
         sources = np.array([r for r in range(n, self.n) if r not in left], dtype=np.int64)  # live rows past the new end
         if len(targets):
-            for buf in (*self.past_k, *self.past_v, *self.cross_k, *self.cross_v, self.past_mask, self.src_mask):
+            moving = (*self.past_k, *self.past_v, *self.cross_k, *self.cross_v, self.past_mask, self.src_mask)
+            for buf in (*moving, *((self.vocab_mask,) if self.vocab is not None else ())):
                 buf[targets] = buf[sources]
             moved = dict(zip(sources.tolist(), targets.tolist()))
             for j in self.jobs:
@@ -425,6 +479,8 @@ class Batch:
                 if rows.max() >= n:
                     self.rows_of[j.id] = np.array([moved.get(int(r), int(r)) for r in rows])
         self.n = n
+        if not self.jobs or (self.vocab is not None and 2 * len(self.jobs) <= self._vocab_jobs):
+            self._refresh_vocab()
         if not self.jobs:
             self._alloc(0, 0, 0)  # idle: give the memory back
             return
@@ -452,9 +508,11 @@ class Batch:
         input_ids, positions = row_inputs(self.jobs, self.rows_of, n)
         slots = positions[:, 0]  # each row writes its new token at its own position (see the class)
         self._fit_slots(int(slots.max()) + 1)
+        ids = self.vocab  # the columns' tokens with a shortlist; None: column j is token j
         log_probs, new_k, new_v, attention = self.rt.step(
             input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n] for c in self.cross_k],
-            [c[:n] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v])
+            [c[:n] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v],
+            None if ids is None else (ids, self.vocab_mask[:n]))
         rows = np.arange(n)
         for buf, new in zip(self.past_k, new_k):  # (rows, H, Dh, slots) <- (n, H, Dh, 1)
             buf[rows, :, :, slots] = new[:, :, :, 0]
@@ -462,16 +520,22 @@ class Batch:
             buf[rows, :, slots] = new[:, :, 0]
         self.past_mask[rows, slots] = True
         logp = log_probs.astype(np.float32, copy=False)
-        logp[:, self.jobs[0].pad] = NEG_INF  # pad is no token (training never asks for it): never output
+        eos = self.jobs[0].eos
+        if ids is None:
+            logp[:, self.jobs[0].pad] = NEG_INF  # pad is no token (training never asks for it): never output
+        else:  # the shortlist holds no pad, and eos always
+            eos = int(np.searchsorted(ids, eos))
         early = [self.rows_of[j.id] for j in self.jobs if j.no_eos]
         if early:  # no eos before a job's min_len
-            logp[np.concatenate(early), self.jobs[0].eos] = NEG_INF
+            logp[np.concatenate(early), eos] = NEG_INF
         if any(j.k == 1 for j in self.jobs):  # one argmax for every greedy row
             best = logp.argmax(axis=1)
             best_logp = logp[np.arange(n), best]
+            if ids is not None:
+                best = ids[best]
         finished, copy_to, copy_from = advance_jobs(
             self.jobs, self.rows_of, attention, lambda row: (int(best[row]), best_logp[row]),
-            lambda job, rows, attn: job.advance(logp[rows], attn))
+            lambda job, rows, attn: job.advance(logp[rows], attn, ids))
         if copy_to:
             # Beams re-ranked: a parent's second child takes a copy of its self-attention
             # cache (one copy per buffer for all jobs; sources are rows kept as they are, so
@@ -485,10 +549,11 @@ class Batch:
     def probe(self, job: Job) -> bool:
         """Run one job's rows alone through the decoder, changing nothing: does it succeed?"""
         rows = self.rows_of[job.id]
+        vocab = None if self.vocab is None else (self.vocab, self.vocab_mask[rows])
         try:
             self.rt.step(job.last[:, None], np.full((job.k, 1), job.step, dtype=np.int64), self.past_mask[rows],
                          self.src_mask[rows], [c[rows] for c in self.cross_k], [c[rows] for c in self.cross_v],
-                         [c[rows] for c in self.past_k], [c[rows] for c in self.past_v])
+                         [c[rows] for c in self.past_k], [c[rows] for c in self.past_v], vocab)
         except Exception:
             return False
         return True

@@ -122,6 +122,7 @@ class ModelPackage(Manifest):
     path: Path
     variants: tuple[str, ...]  # graph variants present: fp32 always, int8 / fp16 optional
     resident_variants: tuple[str, ...] = ()  # variants with the device-resident step and rows graphs
+    shortlist_variants: tuple[str, ...] = ()  # variants with the shortlist step graph (and shortlist.npz)
 
     @property
     def manifest(self) -> Manifest:
@@ -207,8 +208,9 @@ class ModelPackage(Manifest):
         problems = tokenizer_problems(manifest, path)
         if problems:
             raise PackageError(path, problems)
+        shortlisted = _variants(files, contract.SHORTLIST_GRAPHS) if contract.SHORTLIST_FILE in files else ()
         return cls(**_manifest_values(manifest), path=path, variants=variants,
-                   resident_variants=_variants(files, contract.RESIDENT_GRAPHS))
+                   resident_variants=_variants(files, contract.RESIDENT_GRAPHS), shortlist_variants=shortlisted)
 
 
 def tokenizer_files(kind: str) -> tuple[str, ...]:
@@ -267,7 +269,8 @@ def _not_a_package(path: Path) -> str:
 _REQUIRED = ("format", "format_version", "model", "special_ids", "language_tags", "pairs", "max_source_tokens",
              "max_target_tokens", "graphs", "files", "checksum")
 _OPTIONAL = ("provenance", "tokenizer", "source_codes", "target_codes")
-_GRAPHS = (*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS)  # every graph a package may hold, in order
+# Every graph a package may hold, in order.
+_GRAPHS = (*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS, *contract.SHORTLIST_GRAPHS)
 
 
 def validate_manifest(m: Any) -> list[str]:

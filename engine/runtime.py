@@ -26,6 +26,7 @@ from engine import contract
 from engine.defaults import DEVICES, RESIDENT_MODES
 from engine.memory import keep_freed_memory
 from engine.package import ModelPackage
+from engine.shortlist import Shortlist
 
 log = logging.getLogger("nmt.engine")
 
@@ -50,6 +51,9 @@ class RuntimeOptions:
     variant: str = ""  # force one graph variant (fp32, int8, fp16) instead of choosing by device
     spin: bool = True  # intra-op threads spin between ops: faster alone, slower beside other busy threads
     resident: str = "auto"  # auto (on CUDA when the package has the graphs) | on | off: engine/decoding.ResidentBatch
+    # Score only the batch's vocabulary shortlist (engine/shortlist.py) when the package has one
+    # for the variant in use (host-memory decoding; the resident path scores the whole vocabulary).
+    shortlist: bool = True
 
 
 
@@ -105,6 +109,25 @@ class Runtime:
         self._enc_outputs = list(names[contract.ENCODER][1])
         self._dec_inputs, self._dec_outputs = names[contract.DECODER][0], list(names[contract.DECODER][1])
         self.resident = self._open_resident(package, options)
+        self.shortlist = self._open_shortlist(package, options)
+
+    def _open_shortlist(self, package: ModelPackage, options: RuntimeOptions) -> Shortlist | None:
+        """The shortlist step graph and what it may score, when the package has them and they are used."""
+        if not options.shortlist or self.resident or self.variant not in package.shortlist_variants:
+            return None
+        providers = [CUDA, CPU] if self.device == "cuda" else [CPU]
+        self.shortlist_session = self._session(package.graph_path(contract.SHORTLIST, self.variant), providers,
+                                               options)
+        self._shortlist_inputs = contract.graph_names(self.n_layers)[contract.SHORTLIST][0]
+        self._tag_language = {tag: lang for lang, tag in package.language_tags.items()}
+        return Shortlist.load(package.path / contract.SHORTLIST_FILE)
+
+    def allowed(self, src: Sequence[int]) -> np.ndarray | None:
+        """The sorted target ids a source (tag + pieces + eos) may be translated into, by the
+        shortlist; None without one (or for a source that starts with no language tag)."""
+        if self.shortlist is None or not src or src[0] not in self._tag_language:
+            return None
+        return self.shortlist.ids([src], self._tag_language[src[0]])
 
     def _open_cuda(self, package: ModelPackage, options: RuntimeOptions) -> str:
         """Open the sessions on CUDA; '' when both run there, else why not (sessions closed)."""
@@ -174,13 +197,17 @@ class Runtime:
 
     def step(self, input_ids: np.ndarray, positions: np.ndarray, past_mask: np.ndarray, src_mask: np.ndarray,
              cross_k: Sequence[np.ndarray], cross_v: Sequence[np.ndarray], past_k: Sequence[np.ndarray],
-             past_v: Sequence[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], np.ndarray]:
+             past_v: Sequence[np.ndarray], vocab: tuple[np.ndarray, np.ndarray] | None = None
+             ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], np.ndarray]:
         """One decoder step (see engine/contract.py): log-probabilities (B, V), the new keys (B, H, Dh, 1)
         and values (B, H, 1, Dh) per layer, the last layer's cross-attention (B, S). The caches are read
-        in place (onnxruntime wraps C-contiguous numpy arrays without copying them)."""
-        feed = dict(zip(self._dec_inputs, (input_ids, positions, past_mask, src_mask, *cross_k, *cross_v,
-                                           *past_k, *past_v)))
-        out = self.decoder.run(self._dec_outputs, feed)
+        in place (onnxruntime wraps C-contiguous numpy arrays without copying them). With ``vocab``
+        (ids (V',), mask (B, V')) the shortlist graph scores only those ids: log-probabilities (B, V')."""
+        values = (input_ids, positions, past_mask, src_mask, *cross_k, *cross_v, *past_k, *past_v)
+        if vocab is None:
+            out = self.decoder.run(self._dec_outputs, dict(zip(self._dec_inputs, values)))
+        else:
+            out = self.shortlist_session.run(self._dec_outputs, dict(zip(self._shortlist_inputs, (*values, *vocab))))
         n = self.n_layers
         return out[0], out[1:n + 1], out[n + 1:2 * n + 1], out[-1]
 

@@ -11,7 +11,8 @@ A batch may use the union, over its sources, of those lists, plus the frequent p
 special ids (eos, unk) and every source piece itself (names, numbers and placeholders are
 copied). Marian and CTranslate2 cut the output layer the same way (Marian from a lexical
 table, CTranslate2 from a vocabulary map); here the table is co-occurrence, so it needs no
-aligner. Torch-free; bench/studies/shortlist_cost.py measures what it costs in BLEU.
+aligner. Torch-free; export/shortlist_graph.py learns one and puts it in a package with its step
+graph, bench/studies/shortlist_cost.py measures what it costs in BLEU.
 """
 
 from __future__ import annotations

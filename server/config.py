@@ -36,6 +36,9 @@ class ServerConfig(Settings):
                                            "when the package has the step and rows graphs), on or off")
     threads: int = setting(0, "onnxruntime intra-op threads on the CPU; 0 = its default")
     int8: bool = setting(False, "CPU: serve the int8 graphs when the package has them")
+    shortlist: bool = setting(True, "CPU: score only the vocabulary shortlist of each batch when the package has "
+                                    "one (python -m export.shortlist_graph adds it); --no-shortlist scores every "
+                                    "piece")
     spin_threads: bool = setting(False, "CPU: let onnxruntime's threads spin waiting for work. Off by default: "
                                         "in a server they share the cores with gRPC and the event loop, and "
                                         "spinning threads starve those")

@@ -175,11 +175,11 @@ def test_steps_read_the_buffers_in_place_and_the_cache_grows_with_the_longest_te
     seen = []
     real_step = rt.step
 
-    def spy(input_ids, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v):
+    def spy(input_ids, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v, vocab=None):
         for given, buf in ((past_mask, batch.past_mask), *zip(past_k, batch.past_k), *zip(cross_k, batch.cross_k)):
             assert given.flags.c_contiguous and np.shares_memory(given, buf)
         seen.append(past_mask.shape[1])
-        return real_step(input_ids, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v)
+        return real_step(input_ids, positions, past_mask, src_mask, cross_k, cross_v, past_k, past_v, vocab)
 
     monkeypatch.setattr(rt, "step", spy)
     texts = iter(TEXTS * 20)

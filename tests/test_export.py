@@ -61,7 +61,9 @@ def test_graph_inputs_and_outputs_follow_the_contract(tiny_package):
     assert contract.graph_names(2) == {"encoder": (contract.ENCODER_INPUTS, contract.encoder_outputs(2)),
                                        "decoder": (contract.decoder_inputs(2), contract.decoder_outputs(2)),
                                        "step": (contract.step_inputs(2), contract.step_outputs(2)),
-                                       "rows": (contract.rows_inputs(2), contract.rows_outputs(2))}
+                                       "rows": (contract.rows_inputs(2), contract.rows_outputs(2)),
+                                       "shortlist": (contract.shortlist_inputs(2), contract.decoder_outputs(2))}
+    assert contract.shortlist_inputs(2)[-2:] == ("vocab_ids", "vocab_mask")
 
 
 def _empty(m: Runtime, rows: int):
@@ -274,7 +276,8 @@ def test_unknown_manifest_keys_fail_loudly(tiny_package, tmp_path):
     (bad / contract.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(PackageError) as err:
         ModelPackage.load(bad)
-    assert err.value.problems == ["graphs has unknown entries 'beam'; it may hold only encoder, decoder, step, rows"]
+    assert err.value.problems == ["graphs has unknown entries 'beam'; it may hold only encoder, decoder, step, rows, "
+                                  "shortlist"]
 
 
 def test_package_validation_names_every_problem(tiny_package, tmp_path):

@@ -25,25 +25,7 @@ import numpy as np
 import sacrebleu
 
 from engine.shortlist import Shortlist, learn
-
-
-def training_examples(ckpt_path: str, max_pairs: int) -> tuple[list[tuple[list[int], list[int], str]], int]:
-    """(source ids, target ids, target language) of the checkpoint's training pairs, as trained."""
-    from training import checkpoint as ckpt_io
-    from training.config import RunConfig
-    from training.data import encode_pairs, load_pairs
-
-    ckpt = ckpt_io.load(ckpt_path)
-    cfg = RunConfig.from_dict(ckpt["config"])
-    tok = ckpt_io.load_tokenizer(ckpt)
-    pairs = load_pairs(cfg.data, "train")
-    if max_pairs and len(pairs) > max_pairs:
-        keep = np.random.default_rng(1).choice(len(pairs), max_pairs, replace=False)
-        pairs = [pairs[i] for i in sorted(keep)]
-    examples = encode_pairs(pairs, tok, cfg.data.max_tokens_per_sentence, protect=cfg.data.placeholders)
-    langs = [p.tgt_lang for p in pairs]  # encode_pairs keeps order and drops only over-long pairs
-    tag_to_lang = {tok.tag_id(lang): lang for lang in set(langs)}
-    return [(e.src, e.tgt, tag_to_lang[e.src[0]]) for e in examples], tok.vocab_size
+from export.shortlist_graph import training_examples
 
 
 def limited(step, allowed: np.ndarray):
