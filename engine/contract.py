@@ -46,10 +46,13 @@ Rows:     cache_rows int64[R], cache_slots int64[P'], cross_rows int64[R], old_c
           -> next_cross_k_i [R,H,Dh,W], next_cross_v_i, next_cache_k_i [R,H,Dh,P'], next_cache_v_i
              (see export/resident.py, RowsGraph, for what the indices mean).
 
-Shortlist (optional; export/shortlist_graph.py): the decoder step with two more inputs,
-          vocab_ids int64[V'] (the pieces the batch may produce, sorted) and vocab_mask bool[B,V']
-          (those each row may produce) -> log_probs float[B,V'] (column j: piece vocab_ids[j],
-          normalised over the row's own pieces), the rest as the decoder step.
+Shortlist (optional; export/shortlist_graph.py):
+Table:    vocab_ids int64[V'] (the pieces a batch may produce, sorted) -> vocab_weight [D,V'] (the
+          output projection's columns; int8 in the int8 graph), vocab_scale float[V'], vocab_bias
+          float[V'], run when the batch's pieces change.
+Step:     the decoder step's inputs, the table's outputs and vocab_mask bool[B,V'] (the pieces each
+          row may produce) -> log_probs float[B,V'] (column j: piece vocab_ids[j], normalised over
+          the row's own pieces), the rest as the decoder step.
 """
 
 from __future__ import annotations
@@ -74,12 +77,15 @@ LOG_PROBS, NEW_K, NEW_V, CROSS_ATTENTION = "log_probs", "new_k", "new_v", "cross
 
 STEP = "step"  # device-resident decoder step (optional graph)
 ROWS = "rows"  # device-resident buffer rebuild (optional graph)
+SHORTLIST_TABLE = "shortlist_table"  # a shortlist's columns of the output projection (optional graph)
 SHORTLIST = "shortlist"  # decoder step over a vocabulary shortlist (optional graph)
 REQUIRED_GRAPHS = (ENCODER, DECODER)
 RESIDENT_GRAPHS = (STEP, ROWS)
-SHORTLIST_GRAPHS = (SHORTLIST,)
+SHORTLIST_GRAPHS = (SHORTLIST_TABLE, SHORTLIST)
 SHORTLIST_FILE = "shortlist.npz"  # what engine/shortlist.py learned, in a package with the shortlist graph
 VOCAB_IDS, VOCAB_MASK = "vocab_ids", "vocab_mask"
+VOCAB_WEIGHT, VOCAB_SCALE, VOCAB_BIAS = "vocab_weight", "vocab_scale", "vocab_bias"
+SHORTLIST_TABLE_OUTPUTS = (VOCAB_WEIGHT, VOCAB_SCALE, VOCAB_BIAS)
 REORDER, SCORES, BAN_EOS, TOP_K = "reorder", "scores", "ban_eos", "top_k"
 CACHE_K, CACHE_V = "cache_k", "cache_v"
 TOP_VALUES, TOP_IDS = "top_values", "top_ids"
@@ -118,7 +124,7 @@ def decoder_outputs(n_layers: int) -> tuple[str, ...]:
 
 
 def shortlist_inputs(n_layers: int) -> tuple[str, ...]:
-    return (*decoder_inputs(n_layers), VOCAB_IDS, VOCAB_MASK)
+    return (*decoder_inputs(n_layers), *SHORTLIST_TABLE_OUTPUTS, VOCAB_MASK)
 
 
 def step_inputs(n_layers: int) -> tuple[str, ...]:
@@ -149,6 +155,7 @@ def graph_names(n_layers: int) -> dict[str, tuple[tuple[str, ...], tuple[str, ..
             DECODER: (decoder_inputs(n_layers), decoder_outputs(n_layers)),
             STEP: (step_inputs(n_layers), step_outputs(n_layers)),
             ROWS: (rows_inputs(n_layers), rows_outputs(n_layers)),
+            SHORTLIST_TABLE: ((VOCAB_IDS,), SHORTLIST_TABLE_OUTPUTS),
             SHORTLIST: (shortlist_inputs(n_layers), decoder_outputs(n_layers))}
 
 

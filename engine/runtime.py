@@ -116,9 +116,12 @@ class Runtime:
         if not options.shortlist or self.resident or self.variant not in package.shortlist_variants:
             return None
         providers = [CUDA, CPU] if self.device == "cuda" else [CPU]
+        self.shortlist_table = self._session(package.graph_path(contract.SHORTLIST_TABLE, self.variant), providers,
+                                             options)
         self.shortlist_session = self._session(package.graph_path(contract.SHORTLIST, self.variant), providers,
                                                options)
         self._shortlist_inputs = contract.graph_names(self.n_layers)[contract.SHORTLIST][0]
+        self._table_of: tuple[np.ndarray | None, list[np.ndarray]] = (None, [])  # the ids it was gathered for
         self._tag_language = {tag: lang for lang, tag in package.language_tags.items()}
         return Shortlist.load(package.path / contract.SHORTLIST_FILE)
 
@@ -207,7 +210,12 @@ class Runtime:
         if vocab is None:
             out = self.decoder.run(self._dec_outputs, dict(zip(self._dec_inputs, values)))
         else:
-            out = self.shortlist_session.run(self._dec_outputs, dict(zip(self._shortlist_inputs, (*values, *vocab))))
+            ids, mask = vocab
+            if self._table_of[0] is not ids:  # a new set of pieces (Batch makes a new array for each)
+                self._table_of = (ids, self.shortlist_table.run(list(contract.SHORTLIST_TABLE_OUTPUTS),
+                                                                {contract.VOCAB_IDS: ids}))
+            feed = dict(zip(self._shortlist_inputs, (*values, *self._table_of[1], mask)))
+            out = self.shortlist_session.run(self._dec_outputs, feed)
         n = self.n_layers
         return out[0], out[1:n + 1], out[n + 1:2 * n + 1], out[-1]
 

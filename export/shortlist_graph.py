@@ -1,15 +1,17 @@
-"""The decoder step over a vocabulary shortlist: a copy of a step graph (fp32 or int8) that scores
-only the target pieces it is given.
+"""The decoder step over a vocabulary shortlist: two graphs made from a step graph (fp32 or int8)
+so that a step scores only the target pieces it is given.
 
-Two inputs are added to the decoder step's (engine/contract.py):
-  vocab_ids  int64[V']  the pieces this batch may produce (engine/shortlist.py), sorted
-  vocab_mask bool[B,V'] which of them each row may produce (its own job's shortlist)
-and log_probs becomes float[B,V']: column j is piece vocab_ids[j]. The output projection's
-weight columns (and, int8, their scales; a bias, if any) are gathered by vocab_ids, so the
-product is V'/V of the full one; a row's log-probabilities are normalised over its own pieces
-only (the others are -inf), in float64, so that a text decoded alone (its own shortlist) and in
-a batch (the union) gets the same numbers: the normaliser's sum runs over the same terms either
-way, and float64 leaves the float32 result the same whatever order the kernel adds them in.
+shortlist_table: vocab_ids int64[V'] (the pieces a batch may produce, sorted; engine/shortlist.py)
+    -> vocab_weight [D,V'] (the output projection's columns: float32, or int8 for the int8 graph),
+       vocab_scale float[V'] (int8: the columns' scales; fp32: ones), vocab_bias float[V'] (the
+       output bias's entries; zeros without one). Run when the batch's pieces change, not per step:
+       gathering the int8 table's 2,000-odd columns (and turning them (D,V')) cost 0.17 of a
+       1.1 ms step at 4 rows when the step graph did it every time.
+shortlist: the decoder step's inputs + vocab_weight, vocab_scale, vocab_bias and
+    vocab_mask bool[B,V'] (which pieces each row may produce: its own job's) -> log_probs [B,V']
+    (column j: piece vocab_ids[j]), the rest as the decoder step. The output projection is the
+    product with vocab_weight, so V'/V of the full one; a row is normalised over its own pieces
+    only (the others are -inf), so a text decoded alone and in a batch (the union) is scored alike.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from engine.shortlist import FREQUENT, PER_SOURCE, Shortlist, learn
 SHORTLIST_VARIANTS = ("fp32", "int8")  # the CPU's: the fp16 (CUDA) path decodes device-resident
 
 
-def shortlist_graph(src: Path, dst: Path) -> Path:
-    """Write the shortlist step graph of the decoder step graph ``src`` to ``dst``."""
+def shortlist_graphs(src: Path, table_dst: Path, step_dst: Path) -> tuple[Path, Path]:
+    """Write the shortlist table and step graphs of the decoder step graph ``src``."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -40,60 +42,76 @@ def shortlist_graph(src: Path, dst: Path) -> Path:
     producer = {o: n for n in graph.node for o in n.output}
     inits = {i.name: i for i in graph.initializer}
     [softmax] = [n for n in graph.node if n.op_type == "LogSoftmax" and n.output[0] == contract.LOG_PROBS]
-    new_nodes = []
-
-    def gather(name: str) -> str:
-        """Gather the shortlist's entries of a (V,) vector or the columns of a (D, V) matrix. The
-        matrix is stored transposed, (V, D), so the gather copies whole rows (a gather along the
-        last axis of the int8 (384, 8000) weight took 5.6 ms a step), then turned back."""
-        out = f"{name}.shortlisted"
-        table = inits[name]
-        if len(table.dims) == 2:
-            transposed = numpy_helper.from_array(numpy_helper.to_array(table).T.copy(), f"{name}.by_piece")
-            graph.initializer.append(transposed)
-            new_nodes.append(helper.make_node("Gather", [transposed.name, contract.VOCAB_IDS], [f"{out}.rows"],
-                                              axis=0, name=f"{out}.rows"))
-            new_nodes.append(helper.make_node("Transpose", [f"{out}.rows"], [out], perm=[1, 0], name=out))
-        else:
-            new_nodes.append(helper.make_node("Gather", [name, contract.VOCAB_IDS], [out], axis=0, name=out))
-        return out
-
     logits = softmax.input[0]
     node = producer[logits]
+    bias = None
     if node.op_type == "Add" and node.input[1] in inits and len(inits[node.input[1]].dims) == 1:
-        node.input[1] = gather(node.input[1])  # an output bias (V,)
-        node = producer[node.input[0]]
-    if node.op_type == "MatMul" and node.input[1] in inits:
-        node.input[1] = gather(node.input[1])  # the weight, stored (D, V)
-    elif node.op_type == "MatMulIntegerToFloat" and node.input[1] in inits:
-        node.input[1] = gather(node.input[1])  # int8 weight (D, V)
-        node.input[3] = gather(node.input[3])  # its scale per column (V,)
-    else:
+        bias, logits_of = numpy_helper.to_array(inits[node.input[1]]), node.input[0]  # an output bias (V,)
+        node = producer[logits_of]
+    if node.op_type not in ("MatMul", "MatMulIntegerToFloat") or node.input[1] not in inits:
         raise ValueError(f"{src}: the log-probabilities are not computed from a constant output projection "
                          f"({node.op_type} {list(node.input)})")
+    weight = numpy_helper.to_array(inits[node.input[1]])  # (D, V)
+    vocab = weight.shape[1]
+    int8 = node.op_type == "MatMulIntegerToFloat"
+    scale = numpy_helper.to_array(inits[node.input[3]]) if int8 else np.ones(vocab, np.float32)
+    bias = np.zeros(vocab, np.float32) if bias is None else bias.astype(np.float32)
+
+    # The table graph: rows of (V, D) tables, gathered whole (a gather along the last axis of the
+    # int8 (384, 8000) weight took 5.6 ms), then turned back to (D, V').
+    tables = [numpy_helper.from_array(np.ascontiguousarray(weight.T), "table.weight_by_piece"),
+              numpy_helper.from_array(scale.astype(np.float32), "table.scale"),
+              numpy_helper.from_array(bias, "table.bias")]
+    table_nodes = [
+        helper.make_node("Gather", ["table.weight_by_piece", contract.VOCAB_IDS], ["table.rows"], axis=0),
+        helper.make_node("Transpose", ["table.rows"], [contract.VOCAB_WEIGHT], perm=[1, 0]),
+        helper.make_node("Gather", ["table.scale", contract.VOCAB_IDS], [contract.VOCAB_SCALE], axis=0),
+        helper.make_node("Gather", ["table.bias", contract.VOCAB_IDS], [contract.VOCAB_BIAS], axis=0)]
+    weight_type = TensorProto.INT8 if weight.dtype == np.int8 else TensorProto.UINT8 if weight.dtype == np.uint8 \
+        else TensorProto.FLOAT
+    table_io = [helper.make_tensor_value_info(contract.VOCAB_WEIGHT, weight_type, [weight.shape[0], "vocab"]),
+                helper.make_tensor_value_info(contract.VOCAB_SCALE, TensorProto.FLOAT, ["vocab"]),
+                helper.make_tensor_value_info(contract.VOCAB_BIAS, TensorProto.FLOAT, ["vocab"])]
+    table = helper.make_graph(table_nodes, "shortlist_table",
+                              [helper.make_tensor_value_info(contract.VOCAB_IDS, TensorProto.INT64, ["vocab"])],
+                              table_io, initializer=tables)
+    table_model = helper.make_model(table, opset_imports=[o for o in model.opset_import if o.domain in ("", "ai.onnx")])
+    table_model.ir_version = model.ir_version
+    onnx.checker.check_model(table_model)
+    onnx.save_model(table_model, str(table_dst))
+
+    # The step graph: the product with the given columns, scaled (int8: by the product itself),
+    # plus the bias, masked per row, normalised.
+    node.input[1] = contract.VOCAB_WEIGHT
+    if int8:
+        node.input[3] = contract.VOCAB_SCALE
+        product = node.output[0]
+        scaled = [helper.make_node("Add", [product, contract.VOCAB_BIAS], ["shortlist.logits"])]
+    else:
+        product = node.output[0]
+        scaled = [helper.make_node("Mul", [product, contract.VOCAB_SCALE], ["shortlist.scaled"]),
+                  helper.make_node("Add", ["shortlist.scaled", contract.VOCAB_BIAS], ["shortlist.logits"])]
     graph.initializer.append(numpy_helper.from_array(np.array(-np.inf, np.float32), "shortlist.minus_inf"))
-    new_nodes += [
-        helper.make_node("Where", [contract.VOCAB_MASK, logits, "shortlist.minus_inf"], ["shortlist.masked"]),
-        helper.make_node("LogSoftmax", ["shortlist.masked"], [contract.LOG_PROBS], axis=-1),
-    ]
-    nodes = [n for n in graph.node if n is not softmax]
-    at = next(i for i, n in enumerate(nodes) if n is node)  # the gathers run before the product
-    gathers, tail = new_nodes[:-2], new_nodes[-2:]
+    tail = [*scaled,
+            helper.make_node("Where", [contract.VOCAB_MASK, "shortlist.logits", "shortlist.minus_inf"],
+                             ["shortlist.masked"]),
+            helper.make_node("LogSoftmax", ["shortlist.masked"], [contract.LOG_PROBS], axis=-1)]
+    nodes = [n for n in graph.node if n is not softmax and not (bias is not None and n.output[0] == logits
+                                                                  and n is not node)]
     del graph.node[:]
-    graph.node.extend(nodes[:at] + gathers + nodes[at:] + tail)
+    graph.node.extend(nodes + tail)
     read = {i for n in graph.node for i in n.input}
-    unused = [i for i in graph.initializer if i.name not in read]  # the (D, V) tables now read transposed
-    for init in unused:
+    for init in [i for i in graph.initializer if i.name not in read]:  # the (D, V) table: in the table graph
         graph.initializer.remove(init)
-    graph.input.extend([helper.make_tensor_value_info(contract.VOCAB_IDS, TensorProto.INT64, ["vocab"]),
+    graph.input.extend([*table_io,
                         helper.make_tensor_value_info(contract.VOCAB_MASK, TensorProto.BOOL, ["batch", "vocab"])])
     for out in graph.output:
         if out.name == contract.LOG_PROBS:
             out.type.tensor_type.shape.dim[1].dim_param = "vocab"
     del graph.value_info[:]
     onnx.checker.check_model(model)
-    onnx.save_model(model, str(dst))
-    return dst
+    onnx.save_model(model, str(step_dst))
+    return table_dst, step_dst
 
 
 def training_examples(checkpoint: str | Path, max_pairs: int = 0) -> tuple[list[tuple[list[int], list[int], str]], int]:
@@ -128,9 +146,10 @@ def add_to_package(package_dir: str | Path, shortlist: Shortlist, about: dict) -
     shortlist.save(package.path / contract.SHORTLIST_FILE)
     for variant in SHORTLIST_VARIANTS:
         if variant in package.variants:
-            shortlist_graph(package.graph_path(contract.DECODER, variant),
-                            package.path / contract.graph_file(contract.SHORTLIST, variant))
-    manifest = dataclasses.replace(package.manifest, graphs=tuple(dict.fromkeys((*package.graphs, contract.SHORTLIST))),
+            shortlist_graphs(package.graph_path(contract.DECODER, variant),
+                             *(package.path / contract.graph_file(g, variant) for g in contract.SHORTLIST_GRAPHS))
+    manifest = dataclasses.replace(package.manifest,
+                                   graphs=tuple(dict.fromkeys((*package.graphs, *contract.SHORTLIST_GRAPHS))),
                                    provenance={**package.provenance, "shortlist": about})
     write_manifest(package.path, manifest)
     return ModelPackage.load(package.path)

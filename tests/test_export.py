@@ -62,8 +62,10 @@ def test_graph_inputs_and_outputs_follow_the_contract(tiny_package):
                                        "decoder": (contract.decoder_inputs(2), contract.decoder_outputs(2)),
                                        "step": (contract.step_inputs(2), contract.step_outputs(2)),
                                        "rows": (contract.rows_inputs(2), contract.rows_outputs(2)),
+                                       "shortlist_table": (("vocab_ids",), ("vocab_weight", "vocab_scale",
+                                                                            "vocab_bias")),
                                        "shortlist": (contract.shortlist_inputs(2), contract.decoder_outputs(2))}
-    assert contract.shortlist_inputs(2)[-2:] == ("vocab_ids", "vocab_mask")
+    assert contract.shortlist_inputs(2)[-4:] == ("vocab_weight", "vocab_scale", "vocab_bias", "vocab_mask")
 
 
 def _empty(m: Runtime, rows: int):
@@ -277,7 +279,7 @@ def test_unknown_manifest_keys_fail_loudly(tiny_package, tmp_path):
     with pytest.raises(PackageError) as err:
         ModelPackage.load(bad)
     assert err.value.problems == ["graphs has unknown entries 'beam'; it may hold only encoder, decoder, step, rows, "
-                                  "shortlist"]
+                                  "shortlist_table, shortlist"]
 
 
 def test_package_validation_names_every_problem(tiny_package, tmp_path):

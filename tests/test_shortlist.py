@@ -192,3 +192,24 @@ def test_the_server_uses_the_shortlist_unless_told_not_to(tiny_package, tmp_path
             assert len(answer.translations) == 2 and all(t.hypotheses for t in answer.translations)
         finally:
             s.stop()
+
+
+def test_the_columns_are_gathered_when_the_batch_s_pieces_change_not_at_every_step(tiny_package, tmp_path, learned):
+    package = _with_shortlist(tiny_package, tmp_path, learn(*learned, frequent=16, per_source=4))
+    rt = _runtime(package, "int8")
+    gathers, steps = [], []
+    table, step = rt.shortlist_table, rt.step
+
+    class Counted:
+        def run(self, *args):
+            gathers.append(1)
+            return table.run(*args)
+
+    def counted_step(*args, **kwargs):
+        steps.append(1)
+        return step(*args, **kwargs)
+
+    rt.shortlist_table, rt.step = Counted(), counted_step
+    _tokens(rt, _sources(package, 8), 1)
+    # Built when the 8 join; again only when half of those it was built for have left (8 -> 4 -> 2 -> 1).
+    assert 1 <= len(gathers) <= 4 < len(steps)
