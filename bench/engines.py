@@ -47,28 +47,29 @@ RESIDENT_SUFFIX = "-resident"  # an onnx engine with RuntimeOptions(resident="on
 SHORTLIST_SUFFIX = "-shortlist"  # an onnx engine on the package's vocabulary shortlist (the others: without)
 
 
-def rss_mib() -> float:
-    """Current resident set size of this process (Linux /proc; peak RSS elsewhere)."""
+def _status_mib(field: str) -> float | None:
+    """A field of /proc/self/status (VmRSS, VmHWM) in MiB; None where there is none."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return peak_rss_mib()
+    return None
+
+
+def rss_mib() -> float:
+    """Current resident set size of this process (Linux /proc; peak RSS elsewhere)."""
+    current = _status_mib("VmRSS")
+    return peak_rss_mib() if current is None else current
 
 
 def peak_rss_mib() -> float:
     """Peak resident set size of this process. Linux: VmHWM, which starts afresh at exec;
     ru_maxrss does not (it keeps the peak of the forked parent's copy, so a child started from
     a big process would report the parent's RSS as its own)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
+    peak = _status_mib("VmHWM")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if peak is None else peak  # KiB on Linux
 
 
 def import_engine(engine: str) -> None:

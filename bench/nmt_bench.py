@@ -55,6 +55,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,12 +287,10 @@ def summarise(engine: str, mode: str, bs: int, batches: list[BenchBatch], total:
 def check_batches_fill(items: list[Item], batch_sizes: list[int]) -> None:
     """UsageError when a batch size is larger than a direction's sentences: its rows would
     measure smaller batches than they say (a direction's batches never mix directions)."""
-    counts: dict[str, int] = {}
-    for it in items:
-        counts[f"{it.src_lang}-{it.tgt_lang}"] = counts.get(f"{it.src_lang}-{it.tgt_lang}", 0) + 1
+    counts = Counter(f"{it.src_lang}-{it.tgt_lang}" for it in items)
     direction, fewest = min(counts.items(), key=lambda kv: kv[1])
-    if max(batch_sizes) > fewest:
-        bs = max(batch_sizes)
+    bs = max(batch_sizes)
+    if bs > fewest:
         raise UsageError(f"batch {bs} is larger than the {fewest} sentences of {direction}: its batches would hold "
                          f"{fewest}; pass --sentences {bs * len(counts)} or more (they are split over "
                          f"{len(counts)} directions), fewer --directions, or leave --sentences out")

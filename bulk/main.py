@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         import ray.data
     except ImportError:
         raise UsageError("nmt-bulk needs Ray: pip install 'nmt-transformer[bulk]'") from None
-    started = start_ray(args.ray_address)
+    ray_started = start_ray(args.ray_address)
     try:
         rows = read_rows(args.input, args.format, args.column)
         meta = {"input_sha256": rows.digest, "lines": len(rows.texts), "source": job.source, "target": job.target,
@@ -269,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
         warn_length_limited(order.limited, "row", "nmt-bulk")
         return report_failures(out.earlier_failures + order.failures, out.errors_path)
     finally:
-        if started:
+        if ray_started:
             import ray
 
             with contextlib.suppress(Exception):

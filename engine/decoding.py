@@ -336,36 +336,35 @@ class Batch:
         if self.rt.shortlist is None or not self.jobs:
             self.vocab, self.vocab_mask, self._vocab_jobs = None, np.zeros((0, 0), dtype=bool), 0
             return
-        lists = [self.allowed_of[j.id] for j in self.jobs]
-        self.vocab = np.unique(np.concatenate(lists)).astype(np.int64)
-        self.vocab_mask = np.zeros((self.rows_capacity, self.vocab.size), dtype=bool)
-        for j, allowed in zip(self.jobs, lists):
-            self.vocab_mask[self.rows_of[j.id][:, None], np.searchsorted(self.vocab, allowed)[None, :]] = True
+        self.vocab = np.unique(np.concatenate([self.allowed_of[j.id] for j in self.jobs])).astype(np.int64)
+        self.vocab_mask = np.zeros((self.capacity[0], self.vocab.size), dtype=bool)
+        self._mask_rows(self.jobs)
         self._vocab_jobs = len(self.jobs)  # jobs the union was built for
 
-    @property
-    def rows_capacity(self) -> int:
-        return self.src_mask.shape[0]
+    def _mask_rows(self, jobs: list[Job]) -> None:
+        """Each job's rows of the mask: its own pieces, nothing else."""
+        for j in jobs:
+            rows = self.rows_of[j.id]
+            self.vocab_mask[rows] = False
+            self.vocab_mask[rows[:, None], np.searchsorted(self.vocab, self.allowed_of[j.id])[None, :]] = True
 
     def _join_vocab(self, jobs: list[Job]) -> None:
         """Newcomers' rows in the masks; the union rebuilt only when it lacks some of their pieces."""
         if self.rt.shortlist is None:
             return
-        if self.vocab is None or self.vocab_mask.shape[0] < self.rows_capacity or any(
+        if self.vocab is None or self.vocab_mask.shape[0] < self.capacity[0] or any(
                 not np.isin(self.allowed_of[j.id], self.vocab, assume_unique=True).all() for j in jobs):
             self._refresh_vocab()
             return
-        for j in jobs:
-            rows = self.rows_of[j.id]
-            self.vocab_mask[rows] = False
-            self.vocab_mask[rows[:, None], np.searchsorted(self.vocab, self.allowed_of[j.id])[None, :]] = True
+        self._mask_rows(jobs)
         self._vocab_jobs += len(jobs)
 
     def _allowed(self, job: Job) -> np.ndarray:
-        """A job's shortlist: what the runtime allows its source, never pad (no token), always eos."""
+        """A job's shortlist: what the runtime allows its source (every piece for a source without
+        a language tag; eos is always in), never pad (no token)."""
         got = self.rt.allowed(job.src)
         ids = np.arange(self.rt.package.dims.vocab_size) if got is None else got
-        return np.union1d(ids[ids != job.pad], [job.eos])
+        return ids[ids != job.pad]
 
     def _alloc(self, rows: int, slots: int, width: int) -> None:
         self._new_cache(rows, slots)

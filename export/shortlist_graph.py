@@ -42,12 +42,11 @@ def shortlist_graphs(src: Path, table_dst: Path, step_dst: Path) -> tuple[Path, 
     producer = {o: n for n in graph.node for o in n.output}
     inits = {i.name: i for i in graph.initializer}
     [softmax] = [n for n in graph.node if n.op_type == "LogSoftmax" and n.output[0] == contract.LOG_PROBS]
-    logits = softmax.input[0]
-    node = producer[logits]
-    bias = None
+    node = producer[softmax.input[0]]
+    bias = bias_add = None
     if node.op_type == "Add" and node.input[1] in inits and len(inits[node.input[1]].dims) == 1:
-        bias, logits_of = numpy_helper.to_array(inits[node.input[1]]), node.input[0]  # an output bias (V,)
-        node = producer[logits_of]
+        bias, bias_add = numpy_helper.to_array(inits[node.input[1]]), node  # an output bias (V,): now vocab_bias
+        node = producer[node.input[0]]
     if node.op_type not in ("MatMul", "MatMulIntegerToFloat") or node.input[1] not in inits:
         raise ValueError(f"{src}: the log-probabilities are not computed from a constant output projection "
                          f"({node.op_type} {list(node.input)})")
@@ -83,21 +82,19 @@ def shortlist_graphs(src: Path, table_dst: Path, step_dst: Path) -> tuple[Path, 
     # The step graph: the product with the given columns, scaled (int8: by the product itself),
     # plus the bias, masked per row, normalised.
     node.input[1] = contract.VOCAB_WEIGHT
+    scaled = node.output[0]
     if int8:
-        node.input[3] = contract.VOCAB_SCALE
-        product = node.output[0]
-        scaled = [helper.make_node("Add", [product, contract.VOCAB_BIAS], ["shortlist.logits"])]
+        node.input[3] = contract.VOCAB_SCALE  # the product applies the scales itself
+        tail = []
     else:
-        product = node.output[0]
-        scaled = [helper.make_node("Mul", [product, contract.VOCAB_SCALE], ["shortlist.scaled"]),
-                  helper.make_node("Add", ["shortlist.scaled", contract.VOCAB_BIAS], ["shortlist.logits"])]
+        tail = [helper.make_node("Mul", [scaled, contract.VOCAB_SCALE], ["shortlist.scaled"])]
+        scaled = "shortlist.scaled"
     graph.initializer.append(numpy_helper.from_array(np.array(-np.inf, np.float32), "shortlist.minus_inf"))
-    tail = [*scaled,
-            helper.make_node("Where", [contract.VOCAB_MASK, "shortlist.logits", "shortlist.minus_inf"],
-                             ["shortlist.masked"]),
-            helper.make_node("LogSoftmax", ["shortlist.masked"], [contract.LOG_PROBS], axis=-1)]
-    nodes = [n for n in graph.node if n is not softmax and not (bias is not None and n.output[0] == logits
-                                                                  and n is not node)]
+    tail += [helper.make_node("Add", [scaled, contract.VOCAB_BIAS], ["shortlist.logits"]),
+             helper.make_node("Where", [contract.VOCAB_MASK, "shortlist.logits", "shortlist.minus_inf"],
+                              ["shortlist.masked"]),
+             helper.make_node("LogSoftmax", ["shortlist.masked"], [contract.LOG_PROBS], axis=-1)]
+    nodes = [n for n in graph.node if n is not softmax and n is not bias_add]
     del graph.node[:]
     graph.node.extend(nodes + tail)
     read = {i for n in graph.node for i in n.input}

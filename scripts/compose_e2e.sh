@@ -176,15 +176,7 @@ for c in "${replicas[@]}"; do
   [ "$(docker exec "$c" id -u)" != 0 ] || fail "replica $c runs as root"
 done
 
-# Waits (bounded) until the balancer answers; prints nothing.
-wait_balancer() {
-  local end=$((SECONDS + 60))
-  until timeout 10 $PY scripts/wait_serving.py --address "$ADDRESS" --timeout 5 >/dev/null 2>&1; do
-    [ $SECONDS -lt $end ] || fail "the balancer at $ADDRESS did not answer SERVING within 60s"
-    sleep 1
-  done
-}
-wait_balancer
+wait_balancer "$ADDRESS" 60
 
 # Translates one text through the balancer; prints the translation.
 translate() {
@@ -212,20 +204,9 @@ out=$(translate "In the beginning God created the heavens and the earth.") || fa
 log "translated through the balancer: $out"
 
 # The HTTP gateway in front of the balancer, as a LibreTranslate client calls it.
-end=$((SECONDS + 60))
-until timeout 5 $PY -c "import urllib.request as u, sys; sys.exit(u.urlopen('http://127.0.0.1:$HTTP_PORT/readyz', timeout=3).status != 200)" 2>/dev/null; do
-  [ $SECONDS -lt $end ] || fail "the gateway on 127.0.0.1:$HTTP_PORT was not ready within 60s"
-  sleep 1
-done
-http_out=$(timeout 60 $PY - "$HTTP_PORT" <<'EOF'
-import json, sys, urllib.request
-body = json.dumps({"q": "In the beginning God created the heavens and the earth.", "source": "en",
-                   "target": "de", "format": "text"}).encode()
-req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/translate", data=body,
-                             headers={"Content-Type": "application/json"})
-print(json.load(urllib.request.urlopen(req, timeout=30))["translatedText"])
-EOF
-) || fail "translation through the HTTP gateway"
+wait_gateway "$HTTP_PORT" 60
+http_out=$(gateway_translate "$HTTP_PORT" "In the beginning God created the heavens and the earth.") \
+  || fail "translation through the HTTP gateway"
 # /translate decodes with the gateway's beam (4 by default): compare with the same over gRPC.
 beam_out=$(timeout 60 .venv/bin/nmt-translate --address "$ADDRESS" --source en --target de --quiet --beam 4 \
   "In the beginning God created the heavens and the earth.") || fail "beam translation through the balancer"

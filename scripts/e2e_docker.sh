@@ -1,6 +1,7 @@
-# Shared by scripts/compose_e2e.sh and scripts/swarm_e2e.sh (sourced, not run): a Docker engine
-# and the base image. The caller defines log, fail and WORK (a scratch directory), and calls
-# stop_engine from its exit trap.
+# Shared by scripts/compose_e2e.sh and scripts/swarm_e2e.sh (sourced, not run): a Docker engine,
+# the base image, and waiting for and translating through a deployed stack. The caller defines
+# log, fail, WORK (a scratch directory) and PY (the project's python), and calls stop_engine from
+# its exit trap.
 DOCKERD_PID=""  # the dockerd start_engine started, if any
 
 # Starts a Docker engine when none answers (installs docker.io, docker-compose and debootstrap
@@ -52,4 +53,34 @@ ensure_base_image() {
     log "building $BASE_IMAGE with debootstrap (scripts/base_image.sh, as README says)"
     bash scripts/base_image.sh "$BASE_IMAGE" >/dev/null || fail "scripts/base_image.sh failed"
   fi
+}
+
+# Waits until the balancer at $1 (HOST:PORT) answers SERVING, at most $2 seconds; prints nothing.
+wait_balancer() {
+  local end=$((SECONDS + $2))
+  until timeout 10 $PY scripts/wait_serving.py --address "$1" --timeout 5 >/dev/null 2>&1; do
+    [ $SECONDS -lt $end ] || fail "the balancer at $1 did not answer SERVING within $2s"
+    sleep 1
+  done
+}
+
+# Waits until the HTTP gateway on 127.0.0.1:$1 is ready (/readyz 200), at most $2 seconds.
+wait_gateway() {
+  local end=$((SECONDS + $2))
+  until timeout 5 $PY -c "import urllib.request as u, sys; sys.exit(u.urlopen('http://127.0.0.1:$1/readyz', timeout=3).status != 200)" 2>/dev/null; do
+    [ $SECONDS -lt $end ] || fail "the gateway on 127.0.0.1:$1 was not ready within $2s"
+    sleep 1
+  done
+}
+
+# Translates $2 from English into German through the gateway on 127.0.0.1:$1, as a
+# LibreTranslate client calls it (/translate; the gateway's beam, 4 by default); prints it.
+gateway_translate() {
+  timeout 60 $PY - "$1" "$2" <<'EOF'
+import json, sys, urllib.request
+body = json.dumps({"q": sys.argv[2], "source": "en", "target": "de", "format": "text"}).encode()
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/translate", data=body,
+                             headers={"Content-Type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=30))["translatedText"])
+EOF
 }

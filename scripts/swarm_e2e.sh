@@ -144,28 +144,14 @@ until [ "$(healthy_replicas nmt-server:cpu)" -eq 2 ]; do
   sleep 2
 done
 log "2 server replicas are healthy"
-end=$((SECONDS + 90))
-until timeout 10 $PY scripts/wait_serving.py --address "$ADDRESS" --timeout 5 >/dev/null 2>&1; do
-  [ $SECONDS -lt $end ] || fail "the balancer at $ADDRESS did not answer SERVING within 90s"
-  sleep 1
-done
-until timeout 5 $PY -c "import urllib.request as u, sys; sys.exit(u.urlopen('http://127.0.0.1:$HTTP_PORT/readyz', timeout=3).status != 200)" 2>/dev/null; do
-  [ $SECONDS -lt $end ] || fail "the gateway on 127.0.0.1:$HTTP_PORT was not ready within 90s"
-  sleep 1
-done
+wait_balancer "$ADDRESS" 90
+wait_gateway "$HTTP_PORT" 90
 TEXT="Please restart your computer before installing the update."
 # CLIENT: nmt-translate
 grpc_out=$(timeout 60 .venv/bin/nmt-translate --address "$ADDRESS" --source en --target de --quiet --beam 4 "$TEXT") \
   || fail "translation through the balancer"
 [ -n "$grpc_out" ] || fail "empty translation through the balancer"
-http_out=$(timeout 60 $PY - "$HTTP_PORT" "$TEXT" <<'EOF'
-import json, sys, urllib.request
-body = json.dumps({"q": sys.argv[2], "source": "en", "target": "de", "format": "text"}).encode()
-req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/translate", data=body,
-                             headers={"Content-Type": "application/json"})
-print(json.load(urllib.request.urlopen(req, timeout=30))["translatedText"])
-EOF
-) || fail "translation through the HTTP gateway"
+http_out=$(gateway_translate "$HTTP_PORT" "$TEXT") || fail "translation through the HTTP gateway"
 # /translate decodes with the gateway's beam (4 by default), as the gRPC call above.
 [ "$http_out" = "$grpc_out" ] || fail "the gateway's translation differs from gRPC's: '$http_out' vs '$grpc_out'"
 log "translated through the balancer and the gateway: $grpc_out"

@@ -1,12 +1,21 @@
-"""engine/shortlist.py: what a shortlist learns from pairs, the union a batch may use, and its file."""
+"""engine/shortlist.py: what a shortlist learns from pairs, the union a batch may use, and its file;
+export/shortlist_graph.py and the engine: the shortlist in a package, decoding and serving with it."""
 
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
 
+from engine.decoding import DecodeOptions
 from engine.defaults import EOS_ID, UNK_ID
+from engine.package import ModelPackage
+from engine.runtime import Runtime, RuntimeOptions
 from engine.shortlist import Shortlist, learn
+from export.shortlist_graph import add_to_package, training_examples
+from export.verify import decode_ids
+from tests.conftest import bible_sentences
 
 V = 40
 # Target language "de": source piece 10 is always translated with 20 (and once with 21), 11 with
@@ -51,14 +60,6 @@ def test_saved_and_loaded_unchanged_and_a_bad_file_is_refused(tmp_path):
 
 
 # ---------------------------------------------------------------- in a package, decoding
-import shutil  # noqa: E402
-
-from engine.decoding import DecodeOptions  # noqa: E402
-from engine.package import ModelPackage  # noqa: E402
-from engine.runtime import Runtime, RuntimeOptions  # noqa: E402
-from export.shortlist_graph import add_to_package, training_examples  # noqa: E402
-from export.verify import decode_ids  # noqa: E402
-from tests.conftest import bible_sentences  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -41,25 +41,30 @@ def limited(step, allowed: np.ndarray):
     return run
 
 
+def batches(tokenizer, texts: Sequence[str], tgt: str, batch_size: int) -> list[list[int]]:
+    """The texts' indices in the batches the server would make: by source length, ``batch_size`` at a time."""
+    lengths = [len(tokenizer.encode_protected(t, tgt)[0]) for t in texts]
+    order = sorted(range(len(texts)), key=lengths.__getitem__)
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
 def decode(rt, tokenizer, texts: Sequence[str], tgt: str, batch_size: int, beam: int,
            shortlist: Shortlist | None) -> tuple[list[str], list[int]]:
-    """Translations in input order, and the allowed vocabulary size of each batch."""
-    from engine.decoding import DecodeOptions
-    from export.verify import decode_ids
+    """Translations in input order (``translate_onnx`` on each batch), and the allowed vocabulary
+    size of each batch."""
+    from export.verify import translate_onnx
 
-    encoded = [tokenizer.encode_protected(t, tgt) for t in texts]
-    order = sorted(range(len(texts)), key=lambda i: len(encoded[i][0]))
     out, sizes = [""] * len(texts), []
     step = rt.step
     try:
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+        for idx in batches(tokenizer, texts, tgt, batch_size):
+            chunk = [texts[i] for i in idx]
             if shortlist is not None:
-                allowed = shortlist.ids([encoded[i][0] for i in idx], tgt)
+                allowed = shortlist.ids([tokenizer.encode_protected(t, tgt)[0] for t in chunk], tgt)
                 sizes.append(int(allowed.size))
                 rt.step = limited(step, allowed)
-            for i, nbest in zip(idx, decode_ids(rt, [encoded[i][0] for i in idx], DecodeOptions(beam_size=beam))):
-                out[i] = tokenizer.decode_restored(nbest[0].tokens, encoded[i][1])
+            for i, text in zip(idx, translate_onnx(rt, tokenizer, chunk, tgt, beam_size=beam, batch_size=batch_size)):
+                out[i] = text
     finally:
         rt.step = step
     return out, sizes
@@ -68,12 +73,9 @@ def decode(rt, tokenizer, texts: Sequence[str], tgt: str, batch_size: int, beam:
 def coverage(shortlist: Shortlist, tokenizer, sources: Sequence[str], references: Sequence[str], tgt: str,
              batch_size: int) -> float:
     """Share of reference target tokens inside their batch's shortlist (batches as ``decode``)."""
-    encoded = [tokenizer.encode_protected(t, tgt)[0] for t in sources]
-    order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
     inside = total = 0
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        allowed = shortlist.ids([encoded[i] for i in idx], tgt)
+    for idx in batches(tokenizer, sources, tgt, batch_size):
+        allowed = shortlist.ids([tokenizer.encode_protected(sources[i], tgt)[0] for i in idx], tgt)
         for i in idx:
             ref = np.asarray(tokenizer.encode(tokenizer.protector.protect(references[i]).text))
             inside += int(np.isin(ref, allowed).sum())
