@@ -20,17 +20,44 @@ start_engine() {
   fi
   if ! timeout 20 docker info >/dev/null 2>&1; then
     [ "$(id -u)" -eq 0 ] || fail "no Docker engine answers and this is not root (cannot start dockerd)"
-    log "starting dockerd"
-    dockerd >"$WORK/dockerd.log" 2>&1 &
-    DOCKERD_PID=$!
-    for _ in $(seq 60); do
+    local attempt
+    for attempt in 1 2 3; do
+      clear_stale_engine
+      log "starting dockerd (attempt $attempt)"
+      dockerd >"$WORK/dockerd.log" 2>&1 &
+      DOCKERD_PID=$!
+      for _ in $(seq 60); do
+        timeout 5 docker info >/dev/null 2>&1 && break
+        kill -0 "$DOCKERD_PID" 2>/dev/null || break
+        sleep 1
+      done
       timeout 5 docker info >/dev/null 2>&1 && break
-      kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -20 "$WORK/dockerd.log"; DOCKERD_PID=""; fail "dockerd exited"; }
-      sleep 1
+      grep -v 'module=grpc' "$WORK/dockerd.log" | tail -5
+      log "dockerd did not come up (attempt $attempt)"
+      stop_engine
     done
-    timeout 5 docker info >/dev/null 2>&1 || { tail -20 "$WORK/dockerd.log"; fail "dockerd did not answer within 60s"; }
+    timeout 5 docker info >/dev/null 2>&1 || fail "dockerd did not answer after 3 attempts (log: $WORK/dockerd.log)"
   fi
   log "engine $(docker version --format '{{.Server.Version}}'), $(docker-compose version --short)"
+}
+
+# An engine killed without its shutdown (a dockerd and the containerd it started, or that
+# containerd alone) keeps holding containerd's metadata lock: a new dockerd's containerd then waits
+# on it and dockerd gives up ("timeout waiting for containerd to start"). Such leftovers answer no
+# `docker info` (start_engine only calls this when none answered), so they are stopped first.
+clear_stale_engine() {
+  local pids pid
+  pids="$(pgrep -x dockerd; pgrep -f 'containerd --config /var/run/docker/containerd/containerd.toml')" || true
+  [ -n "$pids" ] || return 0
+  log "stopping a Docker engine that does not answer: pids $(echo $pids)"
+  for pid in $pids; do kill -TERM "$pid" 2>/dev/null; kill -CONT "$pid" 2>/dev/null || true; done
+  for _ in $(seq 40); do
+    pids="$(for pid in $pids; do kill -0 "$pid" 2>/dev/null && echo "$pid"; done)" || true
+    [ -n "$pids" ] || return 0
+    sleep 0.5
+  done
+  for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
+  sleep 1
 }
 
 # Stops the dockerd start_engine started (nothing when the engine was already running).
