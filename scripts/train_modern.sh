@@ -19,8 +19,10 @@
 #   RUN=runs/modern-cpu-2 INIT=models/default TOKENIZER=models/default/tokenizer.model \
 #     bash scripts/train_modern.sh
 #
-# SOURCES (the corpus mixture, JSON: share of each source per epoch) and LR_SCALE default to
-# the first fine-tune's; the second one of the model card set a larger Bible share.
+# SOURCES (the corpus mixture, JSON: share of each source per epoch; "bible/de-en" sets one
+# direction's share of a source) and LR_SCALE default to the first fine-tune's; the second one of
+# the model card set a larger Bible share. AVERAGE is how many checkpoints (one every 200 steps)
+# the shipped weights average (3 by default).
 #
 #   RUN=runs/modern-cpu MINUTES=100 THREADS=2 CHUNK=0 SHIP=0 TOKENIZER= PYTHON=.venv/bin/python
 set -euo pipefail
@@ -32,6 +34,7 @@ SHIP=${SHIP:-0}
 INIT=${INIT:-models/default}
 SOURCES=${SOURCES:-'{"bible": 0.2, "libreoffice-help": 1.0, "libreoffice-ui": 1.0}'}
 LR_SCALE=${LR_SCALE:-0.17}
+AVERAGE=${AVERAGE:-3}
 case "$SHIP" in 0|1) ;; *) echo "SHIP must be 0 or 1, got '$SHIP'" >&2; exit 2 ;; esac
 if [ -z "${PYTHON:-}" ]; then
   bash scripts/setup.sh
@@ -49,8 +52,8 @@ set +e
   --max-minutes "$MINUTES" --chunk-minutes "$CHUNK" \
   --set data.corpus=mixed \
   --set "data.sources=$SOURCES" \
-  --set "train.lr_scale=$LR_SCALE" --set train.save_every=200 --set train.keep_checkpoints=3 \
-  --set train.average_last=3 --set train.eval_every=1000 --set train.eval_sentences=100 \
+  --set "train.lr_scale=$LR_SCALE" --set train.save_every=200 --set "train.keep_checkpoints=$AVERAGE" \
+  --set "train.average_last=$AVERAGE" --set train.eval_every=1000 --set train.eval_sentences=100 \
   --set train.log_every=25
 status=$?
 set -e

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,24 @@ def test_training_pairs_copy_placeholders(new_tokenizer):
     assert [p for p in tgt if p.startswith("<ph")] == ["<ph1>", "<ph2>", "<ph3>"]
     (plain,) = encode_pairs(pairs, new_tokenizer, 200)
     assert not any(p.startswith("<ph") for p in new_tokenizer.pieces(plain.src))
+
+
+def test_a_direction_of_a_source_takes_its_own_share():
+    from cli import UsageError
+    from training.data import load_pairs, mixed_pairs
+
+    cfg = DataConfig(corpus="mixed", directions=("en-de", "de-en"), sources={"bible": 0.5})
+    whole = replace(cfg, sources={"bible": 1.0})
+    base = {d: sum(p.direction == d for p in load_pairs(whole, "train")) for d in cfg.directions}
+    cfg2 = replace(cfg, sources={"bible": 0.5, "bible/de-en": 2.0})
+    (got,) = mixed_pairs(cfg2, "train").values()
+    counts = {d: sum(p.direction == d for p in got) for d in cfg.directions}
+    assert counts["en-de"] == round(0.5 * base["en-de"])  # the source's own share
+    assert counts["de-en"] == 2 * base["de-en"]  # twice every pair, not half
+    de_en = Counter(p for p in load_pairs(whole, "train") if p.direction == "de-en")
+    assert Counter(p for p in got if p.direction == "de-en") == Counter({p: 2 * n for p, n in de_en.items()})
+    assert mixed_pairs(cfg2, "test") == mixed_pairs(cfg, "test")  # shares are for training only
+    with pytest.raises(UsageError, match=r"'bible/fr-en' but 'fr-en' is not one of the run's directions \(en-de"):
+        mixed_pairs(replace(cfg, sources={"bible": 0.5, "bible/fr-en": 1.0}), "train")
+    with pytest.raises(UsageError, match=r"has 'libreoffice-help/de-en' but not the source 'libreoffice-help' itself"):
+        mixed_pairs(replace(cfg, sources={"bible": 0.5, "libreoffice-help/de-en": 1.0}), "train")

@@ -78,7 +78,8 @@ class DataConfig:
     corpus: str = "bible"
     # With corpus "mixed": source name -> share of its training pairs used (0.2 = a fifth,
     # 2.0 = twice). Names: "bible", "files", and the modern sources of corpus/libreoffice.py
-    # ("libreoffice-help", "libreoffice-ui"). Dev and test come from every source that has them.
+    # ("libreoffice-help", "libreoffice-ui"). "SOURCE/DIRECTION" sets one direction's share of a
+    # source ("bible/de-en": 2.0). Dev and test come from every source that has them.
     sources: dict[str, float] = field(default_factory=dict)
     # Directions as "src-tgt" language codes; every direction's target tag is added to the tokenizer.
     directions: tuple[str, ...] = ("en-de", "de-en")

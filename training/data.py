@@ -139,13 +139,39 @@ def mix(pairs: Sequence[Pair], share: float, seed: int) -> list[Pair]:
 
 
 def mixed_pairs(cfg: DataConfig, split: str, seed: int = 1) -> dict[str, list[Pair]]:
-    """{source: pairs} of a mixed corpus; training pairs are taken in the configured shares."""
+    """{source: pairs} of a mixed corpus; training pairs are taken in the configured shares.
+
+    A key "SOURCE/DIRECTION" (e.g. "bible/de-en": 2.0) sets the share of that source's pairs in
+    one direction instead of the source's own share; it needs the source itself in ``sources``."""
     if not cfg.sources:
         raise UsageError("corpus 'mixed' needs data.sources, e.g. {\"bible\": 0.2, \"libreoffice-help\": 1.0}")
+    per_direction: dict[str, dict[str, float]] = {}
+    for key, share in cfg.sources.items():
+        if "/" in key:
+            source, direction = key.split("/", 1)
+            if source not in cfg.sources:
+                raise UsageError(f"data.sources has {key!r} but not the source {source!r} itself")
+            if direction not in cfg.directions:
+                raise UsageError(f"data.sources has {key!r} but {direction!r} is not one of the run's directions "
+                                 f"({', '.join(cfg.directions)})")
+            per_direction.setdefault(source, {})[direction] = share
     out = {}
     for source, share in cfg.sources.items():
+        if "/" in source:
+            continue
         pairs = source_pairs(cfg, source, split)
-        out[source] = mix(pairs, share, seed) if split == "train" else pairs
+        if split != "train":
+            out[source] = pairs
+            continue
+        shares = per_direction.get(source)
+        if not shares:  # one draw over the whole source, as before per-direction shares existed
+            out[source] = mix(pairs, share, seed)
+            continue
+        by_direction: dict[str, list[Pair]] = {}
+        for p in pairs:
+            by_direction.setdefault(p.direction, []).append(p)
+        out[source] = [p for direction, group in by_direction.items()
+                       for p in mix(group, shares.get(direction, share), seed)]
     return out
 
 
