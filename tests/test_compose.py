@@ -188,6 +188,16 @@ def test_a_replica_stops_within_its_grace_period():
     assert float(env["NMT_LAMEDUCK_SECONDS"]) > valid
 
 
+def test_the_balancer_keeps_client_connections_for_long():
+    """nginx closes a client's HTTP/2 connection with a GOAWAY every keepalive_requests requests
+    (default 1,000), and a call started as it arrives fails UNAVAILABLE (seen in a rolling update
+    under load): gRPC channels must not be cut that often."""
+    conf = (DOCKER / "nginx.conf").read_text()
+    assert int(re.search(r"^\s*keepalive_requests (\d+);", conf, re.M).group(1)) >= 1_000_000
+    assert re.search(r"^\s*keepalive_time 24h;", conf, re.M)
+    assert int(re.search(r"^\s*keepalive_timeout (\d+)s;", conf, re.M).group(1)) >= 600
+
+
 def _docker_stack_config(*files: str) -> subprocess.CompletedProcess:
     docker = shutil.which("docker")
     if docker is None or subprocess.run([docker, "stack", "config", "--help"], capture_output=True).returncode != 0:
