@@ -134,3 +134,41 @@ def test_variant_ab_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
     assert [(r["batch_size"], r["variant"]) for r in result["speed"]] == [(1, "fp32"), (1, "int8"), (4, "fp32"),
                                                                          (4, "int8")]
     assert "greedy batch" in capsys.readouterr().out
+
+
+def test_openvino_step_records_the_loops_own_feeds_and_alternates_engines(tiny_package):
+    """bench/studies/openvino_step.py without OpenVINO (not a dependency): the feeds it replays are
+    copies of what the decoding loop ran, step by step, and the timing alternates its engines."""
+    import importlib.util
+
+    import numpy as np
+    import pytest
+
+    from bench.studies.openvino_step import fastest, main, record_feeds
+    from engine import contract
+    from engine.defaults import BOS_ID
+    from engine.package import ModelPackage
+    from engine.runtime import Runtime, RuntimeOptions
+
+    package = ModelPackage.load(tiny_package)
+    rt = Runtime(package, RuntimeOptions(device="cpu", threads=1))
+    tokenizer = package.load_tokenizer()
+    sources = [package.source_ids(tokenizer.encode(text), "de") for text in ("Jesus wept.", "He said,")]
+    encoder_feeds, decoder_feeds = record_feeds(rt, [sources], beam=2)
+    assert len(encoder_feeds) == 1 and set(encoder_feeds[0]) == {contract.SRC_IDS}
+    rows = encoder_feeds[0][contract.SRC_IDS].tolist()
+    assert sorted(r[:len(s)] for r, s in zip(rows, sorted(sources, key=len))) == sorted(sources)  # right-padded
+    first, second = decoder_feeds[0], decoder_feeds[1]
+    assert first[contract.INPUT_IDS].tolist() == [[BOS_ID]] * 4  # 2 sources x 2 beams
+    assert first[contract.POSITIONS].tolist() == [[0]] * 4 and not first[contract.PAST_MASK].any()
+    assert second[contract.POSITIONS].tolist() == [[1]] * 4
+    assert second[contract.PAST_MASK].sum(axis=1).tolist() == [1] * 4  # the first step's keys, nothing else
+    log_probs = rt.decoder.run([contract.LOG_PROBS], first)[0]  # a recorded feed runs as it is
+    assert log_probs.shape == (4, package.dims.vocab_size) and np.isfinite(log_probs[:, 3:]).all()
+    order: list[str] = []
+    best = fastest({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=3)
+    assert order == ["a", "b"] * 3 and set(best) == {"a", "b"}
+    if importlib.util.find_spec("openvino") is None:
+        with pytest.raises(SystemExit) as e:
+            main(["--checkpoint", "x", "--package", str(tiny_package)])
+        assert e.value.code == 2

@@ -1,0 +1,141 @@
+"""OpenVINO as a backend? Our encoder and decoder-step graphs run by OpenVINO beside onnxruntime.
+
+    pip install openvino
+    python -m bench.studies.openvino_step --checkpoint models/default --package packages/default \
+        --variant fp32 --beam-size 4 --batch-size 32
+
+Decodes batches of the test split (as ``nmt-bench`` makes them) with the server's decoding loop
+on onnxruntime and records every encoder and decoder-step input it feeds; then runs those same
+inputs through onnxruntime and through OpenVINO's CPU plugin (the ONNX files read directly, one
+compiled model per graph, at each ``--precisions`` inference precision), alternating the two
+engines for ``--rounds`` rounds and keeping each one's fastest. Prints milliseconds per engine
+and graph, the ratio, and the largest difference in log-probabilities of a decoder step from
+onnxruntime's (bf16 inference changes the numbers; f32 should not). A graph OpenVINO cannot read
+(our int8 graphs hold onnxruntime's own quantised operators) is reported in one line, not a crash.
+
+OpenVINO is not a dependency of the project: install it in the same environment to run this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from engine import contract
+
+Feed = dict[str, np.ndarray]
+
+
+def record_feeds(rt: Any, batches: list[list[list[int]]], beam: int) -> tuple[list[Feed], list[Feed]]:
+    """Decode ``batches`` with the server's loop; every encoder and decoder-step feed, copied."""
+    from engine.decoding import DecodeOptions
+    from export.verify import decode_ids
+
+    encoder_feeds: list[Feed] = []
+    decoder_feeds: list[Feed] = []
+    run_encoder, run_decoder = rt.encoder.run, rt.decoder.run
+
+    def recorder(run: Callable[..., Any], into: list[Feed]) -> Callable[..., Any]:
+        def recording(names: Any, feed: Feed) -> Any:
+            into.append({k: np.array(v, copy=True) for k, v in feed.items()})
+            return run(names, feed)
+        return recording
+
+    rt.encoder.run, rt.decoder.run = recorder(run_encoder, encoder_feeds), recorder(run_decoder, decoder_feeds)
+    try:
+        for b in batches:
+            decode_ids(rt, b, DecodeOptions(beam_size=beam))
+    finally:
+        rt.encoder.run, rt.decoder.run = run_encoder, run_decoder
+    return encoder_feeds, decoder_feeds
+
+
+def fastest(runs: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
+    """Seconds of each callable's fastest round; the callables alternate within each round, so
+    a machine that slows down in the middle slows them all."""
+    best = {name: float("inf") for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def compile_graph(core: Any, path: str, threads: int, precision: str) -> tuple[Any, str]:
+    """An OpenVINO infer request for an ONNX file, or None and why it could not be compiled."""
+    config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}
+    try:
+        return core.compile_model(path, "CPU", config).create_infer_request(), ""
+    except RuntimeError as e:
+        unsupported = [line.strip() for line in str(e).splitlines() if "Conversion is failed for" in line]
+        return None, (unsupported or [str(e).splitlines()[0]])[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", required=True, help="the checkpoint the package was exported from (its data)")
+    p.add_argument("--package", required=True)
+    p.add_argument("--pair", help="direction (default: the checkpoint's first)")
+    p.add_argument("--sentences", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--variant", default="fp32", choices=["fp32", "int8"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--precisions", default="f32,bf16", help="OpenVINO inference precisions, comma-separated")
+    args = p.parse_args(argv)
+    try:
+        import openvino as ov
+    except ImportError:
+        p.error("OpenVINO is not installed here: pip install openvino")
+
+    from bench.nmt_bench import load_items, make_batches
+    from engine.package import ModelPackage
+    from engine.runtime import Runtime, RuntimeOptions
+    from training import checkpoint as ckpt_io
+    from training.config import RunConfig
+
+    ckpt = ckpt_io.load(ckpt_io.resolve(args.checkpoint))
+    ns = argparse.Namespace(file=None, directions=[args.pair] if args.pair else None, sentences=args.sentences,
+                            sentences_given=True)
+    items = load_items(ns, RunConfig.from_dict(ckpt["config"]).data, ckpt_io.load_tokenizer(ckpt))
+    batches = [[items[i].ids for i in b.rows] for b in make_batches(items, args.batch_size)]
+    package = ModelPackage.load(args.package)
+    rt = Runtime(package, RuntimeOptions(device="cpu", threads=args.threads, variant=args.variant))
+    encoder_feeds, decoder_feeds = record_feeds(rt, batches, args.beam_size)
+    rows = max(f[contract.INPUT_IDS].shape[0] for f in decoder_feeds)
+    print(f"{len(items)} sentences, batch {args.batch_size}, beam {args.beam_size}, {args.variant} graphs, "
+          f"{args.threads} thread(s): {len(encoder_feeds)} encoder runs, {len(decoder_feeds)} decoder steps "
+          f"(up to {rows} rows); onnxruntime {__import__('onnxruntime').__version__}, OpenVINO {ov.__version__}")
+
+    core = ov.Core()
+    graphs = {"encoder": (rt.encoder, encoder_feeds, contract.ENCODER),
+              "decoder step": (rt.decoder, decoder_feeds, contract.DECODER)}
+    for precision in args.precisions.split(","):
+        for label, (session, feeds, graph) in graphs.items():
+            request, why = compile_graph(core, str(package.graph_path(graph, args.variant)), args.threads, precision)
+            if request is None:
+                print(f"{label:<13} OpenVINO {precision}: cannot compile the {args.variant} graph: {why}")
+                continue
+            times = fastest({"onnxruntime": lambda s=session, fs=feeds: [s.run(None, f) for f in fs],
+                             "openvino": lambda r=request, fs=feeds: [r.infer(f) for f in fs]}, args.rounds)
+            ratio = times["openvino"] / times["onnxruntime"]
+            line = (f"{label:<13} onnxruntime {1000 * times['onnxruntime']:7.0f} ms   OpenVINO {precision} "
+                    f"{1000 * times['openvino']:7.0f} ms   onnxruntime is {ratio:.2f}x as fast")
+            if graph == contract.DECODER:
+                probe = feeds[len(feeds) // 2]
+                ours = session.run([contract.LOG_PROBS], probe)[0]
+                request.infer(probe)
+                theirs = request.get_tensor(contract.LOG_PROBS).data
+                line += f"   max |log-prob difference| {float(np.abs(ours - theirs).max()):.1e}"
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
