@@ -57,7 +57,9 @@ cleanup() {
   local rc=$?
   set +e
   [ -f "$WORK/stop" ] || touch "$WORK/stop"  # a load still running stops
-  wait 2>/dev/null
+  # Its own pid only: a bare `wait` would also wait for the dockerd start_engine ran in the
+  # background, forever (a failed run hung here).
+  [ -z "$load" ] || wait "$load" 2>/dev/null
   if [ -n "$STACK_UP" ]; then
     if [ "$rc" -ne 0 ]; then
       log "state of the stack:"
@@ -84,6 +86,7 @@ cleanup() {
   if [ "$rc" -eq 0 ]; then log "PASSED in $(($(date +%s) - STARTED))s"; else log "failed (exit $rc)"; fi
   exit "$rc"
 }
+load=""  # the load generator's pid, once it runs
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 

@@ -147,3 +147,15 @@ def test_steady_load_counts_every_request_and_fails_on_a_refusal(tiny_package, t
         assert summary["first_errors"][0].endswith(" grpc: UNAVAILABLE: the server is shutting down; retry elsewhere")
     finally:
         s.stop()
+
+
+def test_e2e_scripts_never_wait_for_every_child():
+    """start_engine runs dockerd in the background of the e2e scripts' shell, so a bare `wait`
+    there waits for dockerd: a failed swarm run hung in its cleanup until it was killed."""
+    import re
+
+    scripts = [p for p in (ROOT / "scripts").glob("*.sh") if "e2e_docker.sh" in p.read_text()]
+    assert {p.name for p in scripts} >= {"compose_e2e.sh", "swarm_e2e.sh"}
+    for p in scripts:
+        bare = [line for line in p.read_text().splitlines() if re.fullmatch(r"\s*wait(\s+2>/dev/null)?\s*", line)]
+        assert not bare, f"{p.name}: {bare}"
