@@ -164,6 +164,22 @@ def make_batches(items: list[Item], batch_size: int) -> list[BenchBatch]:
     return batches
 
 
+def checkpoint_batches(checkpoint: str | Path, batch_size: int, sentences: int, pair: str | None = None,
+                       file: Path | None = None) -> tuple[Path, Any, list[Item], list[list[list[int]]]]:
+    """What the studies (bench/studies/) decode: the first ``sentences`` of a checkpoint's test
+    split (``pair`` only, if given) or of ``file``, cut into batches as nmt-bench cuts them.
+    Returns the checkpoint's path, its tokenizer, the items and each batch's source ids."""
+    from training import checkpoint as ckpt_io
+    from training.config import RunConfig
+
+    ckpt_path = ckpt_io.resolve(checkpoint)
+    ckpt = ckpt_io.load(ckpt_path)
+    tokenizer = ckpt_io.load_tokenizer(ckpt)
+    ns = argparse.Namespace(file=file, directions=[pair] if pair else None, sentences=sentences, sentences_given=True)
+    items = load_items(ns, RunConfig.from_dict(ckpt["config"]).data, tokenizer)
+    return ckpt_path, tokenizer, items, [[items[i].ids for i in b.rows] for b in make_batches(items, batch_size)]
+
+
 def run_child(work: dict[str, Any], threads: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     proc = subprocess.run([sys.executable, "-m", "bench.engines"], input=json.dumps(work), capture_output=True,

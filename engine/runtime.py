@@ -120,7 +120,7 @@ class Runtime:
                                              options)
         self.shortlist_session = self._session(package.graph_path(contract.SHORTLIST, self.variant), providers,
                                                options)
-        self._shortlist_inputs = contract.graph_names(self.n_layers)[contract.SHORTLIST][0]
+        self._shortlist_inputs = contract.shortlist_inputs(self.n_layers)
         self._table_of: tuple[np.ndarray | None, list[np.ndarray]] = (None, [])  # the ids it was gathered for
         self._tag_language = {tag: lang for lang, tag in package.language_tags.items()}
         return Shortlist.load(package.path / contract.SHORTLIST_FILE)

@@ -111,7 +111,7 @@ def test_training_pairs_copy_placeholders(new_tokenizer):
 
 def test_a_direction_of_a_source_takes_its_own_share():
     from cli import UsageError
-    from training.data import load_pairs, mixed_pairs
+    from training.data import check_corpus, load_pairs, mixed_pairs
 
     cfg = DataConfig(corpus="mixed", directions=("en-de", "de-en"), sources={"bible": 0.5})
     whole = replace(cfg, sources={"bible": 1.0})
@@ -128,3 +128,5 @@ def test_a_direction_of_a_source_takes_its_own_share():
         mixed_pairs(replace(cfg, sources={"bible": 0.5, "bible/fr-en": 1.0}), "train")
     with pytest.raises(UsageError, match=r"has 'libreoffice-help/de-en' but not the source 'libreoffice-help' itself"):
         mixed_pairs(replace(cfg, sources={"bible": 0.5, "libreoffice-help/de-en": 1.0}), "train")
+    with pytest.raises(UsageError, match=r"has 'libreoffice-help/de-en' but not the source"):  # before a run starts
+        check_corpus(replace(cfg, sources={"bible": 0.5, "libreoffice-help/de-en": 1.0}))

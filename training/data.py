@@ -55,6 +55,8 @@ def check_corpus(cfg: DataConfig) -> None:
     """Every direction is one the corpus has, and every user corpus file is there to be read
     (UsageError naming the first problem), before a run directory is made."""
     uses_bible = cfg.corpus == "bible" or (cfg.corpus == "mixed" and "bible" in cfg.sources)
+    if cfg.corpus == "mixed":
+        direction_shares(cfg)  # a "SOURCE/DIRECTION" key that cannot apply fails here
     for direction in cfg.directions:
         for lang in parse_direction(direction):
             if uses_bible and lang not in cfg.versions:
@@ -138,23 +140,30 @@ def mix(pairs: Sequence[Pair], share: float, seed: int) -> list[Pair]:
     return out
 
 
-def mixed_pairs(cfg: DataConfig, split: str, seed: int = 1) -> dict[str, list[Pair]]:
-    """{source: pairs} of a mixed corpus; training pairs are taken in the configured shares.
+def direction_shares(cfg: DataConfig) -> dict[str, dict[str, float]]:
+    """The "SOURCE/DIRECTION" keys of ``cfg.sources`` (e.g. "bible/de-en": 2.0): source ->
+    {direction: share}, each taking the place of the source's own share in that direction.
+    UsageError when the source itself is not in ``sources`` or the direction is not the run's."""
+    out: dict[str, dict[str, float]] = {}
+    for key, share in cfg.sources.items():
+        if "/" not in key:
+            continue
+        source, direction = key.split("/", 1)
+        if source not in cfg.sources:
+            raise UsageError(f"data.sources has {key!r} but not the source {source!r} itself")
+        if direction not in cfg.directions:
+            raise UsageError(f"data.sources has {key!r} but {direction!r} is not one of the run's directions "
+                             f"({', '.join(cfg.directions)})")
+        out.setdefault(source, {})[direction] = share
+    return out
 
-    A key "SOURCE/DIRECTION" (e.g. "bible/de-en": 2.0) sets the share of that source's pairs in
-    one direction instead of the source's own share; it needs the source itself in ``sources``."""
+
+def mixed_pairs(cfg: DataConfig, split: str, seed: int = 1) -> dict[str, list[Pair]]:
+    """{source: pairs} of a mixed corpus; training pairs are taken in the configured shares
+    (per direction where ``direction_shares`` says so)."""
     if not cfg.sources:
         raise UsageError("corpus 'mixed' needs data.sources, e.g. {\"bible\": 0.2, \"libreoffice-help\": 1.0}")
-    per_direction: dict[str, dict[str, float]] = {}
-    for key, share in cfg.sources.items():
-        if "/" in key:
-            source, direction = key.split("/", 1)
-            if source not in cfg.sources:
-                raise UsageError(f"data.sources has {key!r} but not the source {source!r} itself")
-            if direction not in cfg.directions:
-                raise UsageError(f"data.sources has {key!r} but {direction!r} is not one of the run's directions "
-                                 f"({', '.join(cfg.directions)})")
-            per_direction.setdefault(source, {})[direction] = share
+    per_direction = direction_shares(cfg)
     out = {}
     for source, share in cfg.sources.items():
         if "/" in source:
@@ -162,16 +171,14 @@ def mixed_pairs(cfg: DataConfig, split: str, seed: int = 1) -> dict[str, list[Pa
         pairs = source_pairs(cfg, source, split)
         if split != "train":
             out[source] = pairs
-            continue
-        shares = per_direction.get(source)
-        if not shares:  # one draw over the whole source, as before per-direction shares existed
+        elif source not in per_direction:  # one draw over the whole source, as before per-direction shares
             out[source] = mix(pairs, share, seed)
-            continue
-        by_direction: dict[str, list[Pair]] = {}
-        for p in pairs:
-            by_direction.setdefault(p.direction, []).append(p)
-        out[source] = [p for direction, group in by_direction.items()
-                       for p in mix(group, shares.get(direction, share), seed)]
+        else:
+            by_direction: dict[str, list[Pair]] = {}
+            for p in pairs:
+                by_direction.setdefault(p.direction, []).append(p)
+            shares = per_direction[source]
+            out[source] = [p for d, group in by_direction.items() for p in mix(group, shares.get(d, share), seed)]
     return out
 
 

@@ -94,17 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         p.error("OpenVINO is not installed here: pip install openvino")
 
-    from bench.nmt_bench import load_items, make_batches
+    from bench.nmt_bench import checkpoint_batches
     from engine.package import ModelPackage
     from engine.runtime import Runtime, RuntimeOptions
-    from training import checkpoint as ckpt_io
-    from training.config import RunConfig
 
-    ckpt = ckpt_io.load(ckpt_io.resolve(args.checkpoint))
-    ns = argparse.Namespace(file=None, directions=[args.pair] if args.pair else None, sentences=args.sentences,
-                            sentences_given=True)
-    items = load_items(ns, RunConfig.from_dict(ckpt["config"]).data, ckpt_io.load_tokenizer(ckpt))
-    batches = [[items[i].ids for i in b.rows] for b in make_batches(items, args.batch_size)]
+    _, _, items, batches = checkpoint_batches(args.checkpoint, args.batch_size, args.sentences, args.pair)
     package = ModelPackage.load(args.package)
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=args.threads, variant=args.variant))
     encoder_feeds, decoder_feeds = record_feeds(rt, batches, args.beam_size)

@@ -185,19 +185,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import tempfile
 
-    from bench.nmt_bench import load_items, make_batches
+    from bench.nmt_bench import checkpoint_batches
     from bench.peers.ct2_convert import convert
     from engine.package import ModelPackage
-    from training import checkpoint as ckpt_io
-    from training.config import RunConfig
 
-    ckpt_path = ckpt_io.resolve(args.checkpoint)
-    ckpt = ckpt_io.load(ckpt_path)
-    tok = ckpt_io.load_tokenizer(ckpt)
-    ns = argparse.Namespace(file=args.file, directions=[args.pair] if args.pair else None, sentences=args.sentences,
-                            sentences_given=True)
-    items = load_items(ns, RunConfig.from_dict(ckpt["config"]).data, tok)
-    batches = [[items[i].ids for i in b.rows] for b in make_batches(items, args.batch_size)]
+    ckpt_path, tok, items, batches = checkpoint_batches(args.checkpoint, args.batch_size, args.sentences, args.pair,
+                                                        args.file)
     package = ModelPackage.load(args.package)
 
     ours = profile_ours(package, batches, args.variant, args.threads, args.beam_size)
