@@ -70,7 +70,7 @@ class Hypothesis:
 
 
 # best_candidates: one candidate in this many is sampled to bound the selection from below.
-SAMPLE_STRIDE = 16
+SAMPLE_STRIDE = 32
 
 
 def best_candidates(cand: np.ndarray, m: int) -> np.ndarray:
@@ -80,8 +80,9 @@ def best_candidates(cand: np.ndarray, m: int) -> np.ndarray:
     The m-th best of any subset is at most the m-th best of all, so every candidate at
     least as good as the m-th best of a strided sample is kept, and only those few (about
     ``SAMPLE_STRIDE`` x m) are ranked. With 4 beams over an 8,000-word vocabulary that is
-    ~30 us per job instead of ~75 for a partition of all 32,000 (one-off timing on
-    captured beam steps).
+    ~17 us per job, ~22 with a stride of 16 (the sample's partition costs more than the
+    extra candidates save), ~75 for a partition of all 32,000 (one-off timings on peaked and
+    flat rows).
     """
     if cand.size > SAMPLE_STRIDE * m:
         sample = cand[::SAMPLE_STRIDE]
@@ -504,17 +505,17 @@ class Batch:
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
         n = self.n
-        input_ids, positions = row_inputs(self.jobs, self.rows_of, n)
-        slots = positions[:, 0]  # each row writes its new token at its own position (see the class)
-        self._fit_slots(int(slots.max()) + 1)
+        input_ids, positions, shared = row_inputs(self.jobs, self.rows_of, n)
+        # Each row writes its new token at its own position (see the class): rows that started
+        # together write the same slot, a plain slice, about 2.5x faster than the scatter over
+        # (row, slot) pairs that rows at different positions need.
+        rows, at = (slice(0, n), shared) if shared is not None else (np.arange(n), positions[:, 0])
+        self._fit_slots(max(j.step for j in self.jobs) + 1)
         ids = self.vocab  # the columns' tokens with a shortlist; None: column j is token j
         log_probs, new_k, new_v, attention = self.rt.step(
             input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n] for c in self.cross_k],
             [c[:n] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v],
             None if ids is None else (ids, self.vocab_mask[:n]))
-        # Rows that started together write the same slot: a plain slice, about 2.5x faster than
-        # the scatter over (row, slot) pairs that rows at different positions need.
-        rows, at = (slice(0, n), int(slots[0])) if slots.min() == slots.max() else (np.arange(n), slots)
         for buf, new in zip(self.past_k, new_k):  # (rows, H, Dh, slots) <- (n, H, Dh, 1)
             buf[rows, :, :, at] = new[:, :, :, 0]
         for buf, new in zip(self.past_v, new_v):  # (rows, H, slots, Dh) <- (n, H, 1, Dh)
@@ -686,7 +687,7 @@ class ResidentBatch:
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
         n, rt = self.n, self.rt
-        input_ids, positions = row_inputs(self.jobs, self.rows_of, n)
+        input_ids, positions, _ = row_inputs(self.jobs, self.rows_of, n)
         scores = np.zeros(n, dtype=np.float32)  # greedy rows: the candidates are the log-probabilities
         ban = np.zeros(n, dtype=bool)
         for j in self.jobs:
@@ -737,14 +738,26 @@ def new_batch(runtime: Runtime) -> Batch | ResidentBatch:
     return ResidentBatch(runtime) if runtime.resident else Batch(runtime)
 
 
-def row_inputs(jobs: list[Job], rows_of: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each of the ``n`` rows' last token and its position, (n, 1) each."""
-    rows = np.concatenate([rows_of[j.id] for j in jobs])
+def row_inputs(jobs: list[Job], rows_of: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """Each of the ``n`` rows' last token and its position, (n, 1) each, and that position when
+    every row has the same one (jobs that started together), else None.
+
+    Per step, so its cost is paid at every token: at batch 1 it was a fifth of the loop's
+    Python (21 of ~90 us a step), now a few numpy calls on the common paths."""
+    steps = [j.step for j in jobs]
+    shared = steps[0] if min(steps) == max(steps) else None
+    if len(jobs) == 1:
+        rows, last = rows_of[jobs[0].id], jobs[0].last
+    else:
+        rows, last = np.concatenate([rows_of[j.id] for j in jobs]), np.concatenate([j.last for j in jobs])
     input_ids = np.empty((n, 1), dtype=np.int64)
-    positions = np.empty((n, 1), dtype=np.int64)
-    input_ids[rows, 0] = np.concatenate([j.last for j in jobs])
-    positions[rows, 0] = np.repeat([j.step for j in jobs], [j.k for j in jobs])
-    return input_ids, positions
+    input_ids[rows, 0] = last
+    if shared is not None:
+        positions = np.full((n, 1), shared, dtype=np.int64)
+    else:
+        positions = np.empty((n, 1), dtype=np.int64)
+        positions[rows, 0] = np.repeat(steps, [j.k for j in jobs])
+    return input_ids, positions, shared
 
 
 def advance_jobs(jobs: list[Job], rows_of: dict[int, np.ndarray], attention: np.ndarray | None,
