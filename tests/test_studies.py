@@ -48,6 +48,32 @@ def test_profile_decode_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
         assert part in out, part
 
 
+def test_step_cost_times_both_engines_at_every_size(tiny_checkpoint, tiny_package, tmp_path, capsys):
+    """bench/studies/step_cost.py on the tiny model: one row per batch and beam size, both engines."""
+    from bench.studies.step_cost import main as step_main
+
+    sources = tmp_path / "sources.txt"
+    sources.write_text("Jesus wept.\nIn the beginning was the Word.\n")
+    assert step_main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--file", str(sources),
+                      "--pair", "en-de", "--batch-sizes", "1,2",
+                      "--beam-sizes", "1,2", "--short", "2", "--long", "4", "--rounds", "1", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("int8, 1 thread(s), en-de: output length forced to 2 and 4 tokens")
+    rows = [line.split() for line in lines[2:]]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("1", "1", "1"), ("1", "2", "2"), ("2", "1", "2"), ("2", "2", "4")]
+    assert all(r[6].endswith("x") for r in rows)
+
+
+def test_step_cost_refuses_lengths_out_of_order(tiny_checkpoint, tiny_package, capsys):
+    import pytest
+
+    from bench.studies.step_cost import main as step_main
+
+    with pytest.raises(SystemExit):
+        step_main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--short", "8", "--long", "8"])
+    assert "--short 8 and --long 8: need 0 < short < long" in capsys.readouterr().err
+
+
 def test_memory_bound_chain_and_weight_bytes(tiny_package, tmp_path, capsys):
     """bench/studies/memory_bound.py: its chain computes the products it times, a table only looked up
     by Gather is not counted as streamed, and a run over the tiny package prints both variants."""
