@@ -139,25 +139,38 @@ def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     return (lambda sources: [nb[0].tokens for nb in decode_ids(rt, sources, options, prefix=prefix)]), info
 
 
-def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
+CT2_COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "fp16": "float16"}  # our variant -> CTranslate2's
+
+
+def ct2_translator(model_dir: str | Path, variant: str, device: str, threads: int) -> Any:
+    """CTranslate2 on a converted model: ``variant``'s compute type, ``threads`` intra-op threads,
+    one batch at a time (as every engine here is measured)."""
     import ctranslate2
 
+    return ctranslate2.Translator(str(model_dir), device=device, compute_type=CT2_COMPUTE_TYPES[variant],
+                                  intra_threads=threads, inter_threads=1)
+
+
+def ct2_pieces(sp: Any, sources: list[list[int]], keep_eos: bool = False) -> list[list[str]]:
+    """Sources (tag + pieces + eos ids) as the pieces CTranslate2 reads. It appends eos to our
+    converted models' sources itself; a model converted from a Transformers directory (an
+    imported one) takes it in the source (``keep_eos``), as its tokenizer gives it."""
+    return [[sp.id_to_piece(i) for i in (s if keep_eos else s[:-1])] for s in sources]
+
+
+def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     from engine.package import ModelPackage
 
     sp = ModelPackage.load(work["package"]).load_tokenizer()  # ids <-> pieces, what CTranslate2 reads
-    # CTranslate2 appends eos to our converted models' sources itself; a model converted from a
-    # Transformers directory (an imported one) takes it in the source, as its tokenizer gives it.
-    keep_eos = bool(work.get("hf_dir"))
+    keep_eos = bool(work.get("hf_dir"))  # an imported model's source keeps its eos (ct2_pieces)
     forced = work.get("prefix", [])  # an imported model's forced target code (NLLB): CTranslate2's target_prefix
-    compute_type = {"fp32": "float32", "int8": "int8", "fp16": "float16"}[work["engine"].split("-")[1]]
-    translator = ctranslate2.Translator(work["ct2_model"], device=work["device"], compute_type=compute_type,
-                                        intra_threads=work["threads"], inter_threads=1)
+    translator = ct2_translator(work["ct2_model"], work["engine"].split("-")[1], work["device"], work["threads"])
     cap = work["max_target_tokens"]
 
     def run(sources: list[list[int]]) -> list[list[int]]:
         # CT2 takes one length bound per call: the batch's largest per-sentence bound (our rule).
         limit = max(default_max_len(len(s), cap) for s in sources)
-        tokens = [[sp.id_to_piece(i) for i in (s if keep_eos else s[:-1])] for s in sources]
+        tokens = ct2_pieces(sp, sources, keep_eos)
         prefix = [[sp.id_to_piece(i) for i in forced]] * len(tokens) if forced else None
         results = translator.translate_batch(tokens, target_prefix=prefix, beam_size=work["beam_size"],
                                              length_penalty=work["alpha"], max_decoding_length=limit + len(forced),

@@ -165,9 +165,11 @@ def make_batches(items: list[Item], batch_size: int) -> list[BenchBatch]:
 
 
 def checkpoint_batches(checkpoint: str | Path, batch_size: int, sentences: int, pair: str | None = None,
-                       file: Path | None = None) -> tuple[Path, Any, list[Item], list[list[list[int]]]]:
+                       file: Path | None = None, one_direction: bool = False
+                       ) -> tuple[Path, Any, list[Item], list[list[list[int]]]]:
     """What the studies (bench/studies/) decode: the first ``sentences`` of a checkpoint's test
-    split (``pair`` only, if given) or of ``file``, cut into batches as nmt-bench cuts them.
+    split (``pair`` only, if given; with ``one_direction``, the checkpoint's first direction
+    when no pair is) or of ``file``, cut into batches as nmt-bench cuts them.
     Returns the checkpoint's path, its tokenizer, the items and each batch's source ids."""
     from training import checkpoint as ckpt_io
     from training.config import RunConfig
@@ -175,8 +177,10 @@ def checkpoint_batches(checkpoint: str | Path, batch_size: int, sentences: int, 
     ckpt_path = ckpt_io.resolve(checkpoint)
     ckpt = ckpt_io.load(ckpt_path)
     tokenizer = ckpt_io.load_tokenizer(ckpt)
-    ns = argparse.Namespace(file=file, directions=[pair] if pair else None, sentences=sentences, sentences_given=True)
-    items = load_items(ns, RunConfig.from_dict(ckpt["config"]).data, tokenizer)
+    data = RunConfig.from_dict(ckpt["config"]).data
+    directions = [pair] if pair else [data.directions[0]] if one_direction else None
+    ns = argparse.Namespace(file=file, directions=directions, sentences=sentences, sentences_given=True)
+    items = load_items(ns, data, tokenizer)
     return ckpt_path, tokenizer, items, [[items[i].ids for i in b.rows] for b in make_batches(items, batch_size)]
 
 

@@ -510,7 +510,7 @@ class Batch:
         # together write the same slot, a plain slice, about 2.5x faster than the scatter over
         # (row, slot) pairs that rows at different positions need.
         rows, at = (slice(0, n), shared) if shared is not None else (np.arange(n), positions[:, 0])
-        self._fit_slots(max(j.step for j in self.jobs) + 1)
+        self._fit_slots((shared if shared is not None else int(at.max())) + 1)
         ids = self.vocab  # the columns' tokens with a shortlist; None: column j is token j
         log_probs, new_k, new_v, attention = self.rt.step(
             input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n] for c in self.cross_k],
@@ -740,10 +740,8 @@ def new_batch(runtime: Runtime) -> Batch | ResidentBatch:
 
 def row_inputs(jobs: list[Job], rows_of: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, int | None]:
     """Each of the ``n`` rows' last token and its position, (n, 1) each, and that position when
-    every row has the same one (jobs that started together), else None.
-
-    Per step, so its cost is paid at every token: at batch 1 it was a fifth of the loop's
-    Python (21 of ~90 us a step), now a few numpy calls on the common paths."""
+    every row has the same one (jobs that started together), else None. Paid at every token:
+    the common cases (one job, one shared position) take a few numpy calls."""
     steps = [j.step for j in jobs]
     shared = steps[0] if min(steps) == max(steps) else None
     if len(jobs) == 1:

@@ -148,16 +148,15 @@ def ort_op_profile(package: Any, variant: str, threads: int, rows: int, past: in
     return sorted(((op, us / steps / 1000, len(nodes[op])) for op, us in micros.items()), key=lambda x: -x[1])
 
 
-def profile_ct2(ct2_dir: str, sp: Any, batches: list[list[list[int]]], compute_type: str, threads: int,
+def profile_ct2(ct2_dir: str, sp: Any, batches: list[list[list[int]]], variant: str, threads: int,
                 beam: int) -> float:
-    import ctranslate2
+    from bench.engines import ct2_pieces, ct2_translator
 
-    tr = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type, intra_threads=threads,
-                                inter_threads=1)
+    tr = ct2_translator(ct2_dir, variant, "cpu", threads)
 
     def run(b: list[list[int]]) -> None:
-        tokens = [[sp.id_to_piece(i) for i in s[:-1]] for s in b]
-        tr.translate_batch(tokens, beam_size=beam, max_decoding_length=max(default_max_len(len(s), 10**6) for s in b),
+        tr.translate_batch(ct2_pieces(sp, b), beam_size=beam,
+                           max_decoding_length=max(default_max_len(len(s), 10**6) for s in b),
                            max_batch_size=0)
 
     run(batches[0])
@@ -185,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import tempfile
 
+    from bench.engines import CT2_COMPUTE_TYPES
     from bench.nmt_bench import checkpoint_batches
     from bench.peers.ct2_convert import convert
     from engine.package import ModelPackage
@@ -196,15 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     ours = profile_ours(package, batches, args.variant, args.threads, args.beam_size)
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = str(args.ct2_model or convert(ckpt_path, Path(tmp) / "ct2"))
-        compute = "float32" if args.variant == "fp32" else "int8"
-        ct2 = profile_ct2(ct2_dir, tok.sp, batches, compute, args.threads, args.beam_size)
+        ct2 = profile_ct2(ct2_dir, tok.sp, batches, args.variant, args.threads, args.beam_size)
     total = ours["total"]
     print(f"{len(items)} sentences, batch {args.batch_size}, beam {args.beam_size}, {args.variant}, "
           f"{args.threads} thread(s); {ours['steps']} decoder steps")
     print(f"ours (onnxruntime {args.variant}) total {total:.2f}s")
     for name, sec in sorted(ours["parts"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<16} {sec:7.2f}s  {100 * sec / total:5.1f}%")
-    print(f"ctranslate2 {compute} total {ct2:.2f}s   (ours / ct2 = {total / ct2:.2f}x; "
+    print(f"ctranslate2 {CT2_COMPUTE_TYPES[args.variant]} total {ct2:.2f}s   (ours / ct2 = {total / ct2:.2f}x; "
           f"decoder.run alone / ct2 = {ours['parts']['decoder.run'] / ct2:.2f}x)")
     src = int(np.mean([len(s) for s in batches[0]]))
     rows = args.batch_size * args.beam_size

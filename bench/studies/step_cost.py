@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 
-def best_time(run: Callable[[], Any], repeats: int) -> float:
-    """Seconds of one call of ``run``: the mean of ``repeats`` calls after a warm-up."""
+def seconds_per_call(run: Callable[[], Any], repeats: int) -> float:
+    """The mean of ``repeats`` calls of ``run``, after one untimed call (warm-up)."""
     run()
     start = time.perf_counter()
     for _ in range(repeats):
@@ -32,43 +32,37 @@ def best_time(run: Callable[[], Any], repeats: int) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def ours(package: Any, variant: str, threads: int) -> Callable[[list[list[int]], int, int], Any]:
-    """Decode ``sources`` with ``beam`` beams and exactly ``length`` output tokens, our engine."""
-    from engine.decoding import DecodeOptions, Job, decode_all
+Engine = Callable[[list[list[int]], int, int], Any]  # (sources, beam size, output length) -> decoded
+
+
+def ours(package: Any, variant: str, threads: int) -> Engine:
+    """Our engine, with the output length forced: eos banned before it, the search cut at it."""
+    from engine.decoding import DecodeOptions
     from engine.runtime import Runtime, RuntimeOptions
+    from export.verify import decode_ids
 
     rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads, variant=variant))
-    ids = package.special_ids
-
-    def run(sources: list[list[int]], beam: int, length: int) -> Any:
-        return decode_all(rt, [Job(s, DecodeOptions(beam_size=beam, min_len=length), max_len=length, bos=ids["bos"],
-                                   eos=ids["eos"], pad=ids["pad"]) for s in sources])
-    return run
+    return lambda sources, beam, length: decode_ids(rt, sources, DecodeOptions(beam_size=beam, min_len=length), length)
 
 
-def ctranslate2_engine(ct2_dir: str, tokenizer: Any, variant: str, threads: int
-                       ) -> Callable[[list[list[int]], int, int], Any]:
-    """The same with CTranslate2 on the converted checkpoint (its pieces, without the eos it adds)."""
-    import ctranslate2
+def ctranslate2_engine(ct2_dir: str, tokenizer: Any, variant: str, threads: int) -> Engine:
+    """The same with CTranslate2 on the converted checkpoint."""
+    from bench.engines import ct2_pieces, ct2_translator
 
-    translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type="int8" if variant == "int8" else "float32",
-                                        intra_threads=threads, inter_threads=1)
-
-    def run(sources: list[list[int]], beam: int, length: int) -> Any:
-        tokens = [[tokenizer.sp.id_to_piece(i) for i in s[:-1]] for s in sources]
-        return translator.translate_batch(tokens, beam_size=beam, min_decoding_length=length,
-                                          max_decoding_length=length, max_batch_size=0)
-    return run
+    translator = ct2_translator(ct2_dir, variant, "cpu", threads)
+    return lambda sources, beam, length: translator.translate_batch(
+        ct2_pieces(tokenizer.sp, sources), beam_size=beam, min_decoding_length=length, max_decoding_length=length,
+        max_batch_size=0)
 
 
-def measure(engines: dict[str, Callable[[list[list[int]], int, int], Any]], sources: list[list[int]], beam: int,
-            short: int, long: int, rounds: int, repeats: int) -> dict[str, tuple[float, float]]:
+def measure(engines: dict[str, Engine], sources: list[list[int]], beam: int, short: int, long: int, rounds: int,
+            repeats: int) -> dict[str, tuple[float, float]]:
     """engine -> (milliseconds a step, milliseconds before the steps) for one batch and beam size."""
     times: dict[tuple[str, int], float] = {}
     for _ in range(rounds):
         for name, run in engines.items():
             for length in (short, long):
-                t = best_time(lambda run=run, length=length: run(sources, beam, length), repeats)
+                t = seconds_per_call(lambda run=run, length=length: run(sources, beam, length), repeats)
                 times[name, length] = min(times.get((name, length), t), t)
     out = {}
     for name in engines:
@@ -77,16 +71,9 @@ def measure(engines: dict[str, Callable[[list[list[int]], int, int], Any]], sour
     return out
 
 
-def first_direction(checkpoint: str) -> str:
-    from training import checkpoint as ckpt_io
-    from training.config import RunConfig
-
-    return RunConfig.from_dict(ckpt_io.load(ckpt_io.resolve(checkpoint))["config"]).data.directions[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.studies.step_cost", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--package", required=True)
     p.add_argument("--variant", default="int8", choices=["fp32", "int8"])
@@ -110,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
 
     batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
     beams = [int(x) for x in args.beam_sizes.split(",")]
-    pair = args.pair or first_direction(args.checkpoint)
-    ckpt_path, tokenizer, items, _ = checkpoint_batches(args.checkpoint, max(batch_sizes), max(batch_sizes), pair,
-                                                        args.file)
+    ckpt_path, tokenizer, items, _ = checkpoint_batches(args.checkpoint, max(batch_sizes), max(batch_sizes), args.pair,
+                                                        args.file, one_direction=True)
+    pair = f"{items[0].src_lang}-{items[0].tgt_lang}"
     sources = [it.ids for it in items]
     package = ModelPackage.load(args.package)
     print(f"{args.variant}, {args.threads} thread(s), {pair}: output length forced to {args.short} and {args.long} "
