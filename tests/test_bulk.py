@@ -152,3 +152,39 @@ def test_refusals_are_one_line_and_exit_2(local_ray, tiny_package, tmp_path, cap
     assert "the input mixes formats (jsonl, text)" in capsys.readouterr().err
     assert bulk_main([str(src), "-o", out, "-s", "en", "-t", "de", "--actors", "0"]) == 2
     assert "--actors must be at least 1" in capsys.readouterr().err
+
+
+def test_a_driver_joins_a_running_cluster_by_address_and_leaves_it_running(tiny_package, rows, reference, tmp_path):
+    """A cluster started apart (``ray start --head``, as an operator would, on a loopback port): the
+    driver joins it with --ray-address, writes the same bytes, and disconnects without stopping it."""
+    from cli import free_port
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # nothing but the flag says where
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    address = f"127.0.0.1:{free_port()}"
+    head = subprocess.Popen([ray_cli, "start", "--head", "--block", "--port", address.split(":")[1],
+                             "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--include-dashboard", "false",
+                             "--disable-usage-stats"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+    def cluster_up() -> bool:
+        return subprocess.run([ray_cli, "status", "--address", address], env=env, capture_output=True,
+                              timeout=60).returncode == 0
+
+    try:
+        deadline = time.monotonic() + 90
+        while not cluster_up():
+            assert head.poll() is None, f"ray start failed: {head.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "the Ray head did not come up in 90 s"
+            time.sleep(1)
+        src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+        src.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        done = subprocess.run([sys.executable, "-m", "bulk.main", str(src), "-o", str(out), "-s", "en", "-t", "de",
+                               "--beam", "1", "--package", str(tiny_package), "--ray-address", address, "-q"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 3, done.stderr
+        assert out.read_bytes() == reference[0]
+        assert cluster_up()  # the driver left; the cluster it joined runs on
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # --block: the head stops the Ray processes it started
+        head.wait(60)
