@@ -122,8 +122,15 @@ def apertium_system(directions: Sequence[str]) -> System:
                   frozenset(modes))
 
 
-def package_systems(package_dir: str | Path, variants: Sequence[str], beam: int, threads: int) -> list[System]:
-    """One system per graph variant of the package, decoded by the engine on the CPU."""
+SHORTLIST_MODES = ("on", "off", "both")
+
+
+def package_systems(package_dir: str | Path, variants: Sequence[str], beam: int, threads: int,
+                    shortlist: str = "on") -> list[System]:
+    """One system per graph variant of the package, decoded by the engine on the CPU. A package
+    with a vocabulary shortlist is scored with it (``on``, as a server serves it), over the whole
+    vocabulary (``off``), or both ways (``both``: ``ours-VARIANT`` and ``ours-VARIANT-shortlist``,
+    the same graphs, so the difference is the shortlist's cost alone)."""
     from engine.package import ModelPackage, PackageError
     from export.verify import cpu_runtime, translate_onnx
     from training.tokenizer import Tokenizer
@@ -136,15 +143,22 @@ def package_systems(package_dir: str | Path, variants: Sequence[str], beam: int,
     if missing:
         raise UsageError(f"--variants: {package_dir} has no {', '.join(missing)} variant; "
                          f"it has {', '.join(package.variants)}")
+    if shortlist == "both" and not set(variants) & set(package.shortlist_variants):
+        raise UsageError(f"--shortlist both: {package_dir} has no vocabulary shortlist for {', '.join(variants)} "
+                         "(python -m export.shortlist_graph adds one)")
     tokenizer = Tokenizer(package.tokenizer_path)
     out = []
     for variant in variants:
-        rt = cpu_runtime(package, variant, threads)
+        has = variant in package.shortlist_variants
+        uses = {"on": [has], "off": [False], "both": [False, True] if has else [False]}[shortlist]
+        for with_shortlist in uses:
+            rt = cpu_runtime(package, variant, threads, shortlist=with_shortlist)
 
-        def translate(texts: Sequence[str], src: str, tgt: str, rt=rt) -> list[str]:
-            return translate_onnx(rt, tokenizer, list(texts), tgt, beam_size=beam)
+            def translate(texts: Sequence[str], src: str, tgt: str, rt=rt) -> list[str]:
+                return translate_onnx(rt, tokenizer, list(texts), tgt, beam_size=beam)
 
-        out.append(System(f"ours-{variant}", translate, frozenset(package.pairs)))
+            name = f"ours-{variant}" + ("-shortlist" if with_shortlist and shortlist == "both" else "")
+            out.append(System(name, translate, frozenset(package.pairs)))
     return out
 
 
@@ -272,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=0, help="first N lines per direction and split (0: all)")
     p.add_argument("--no-apertium", action="store_true", help="skip Apertium (en-es, es-en)")
     p.add_argument("--json", type=Path, help="write the scores and every output here")
+    p.add_argument("--shortlist", choices=SHORTLIST_MODES, default="on",
+                   help="a package with a vocabulary shortlist: decode with it (on, as served), without it (off), "
+                        "or both ways, side by side (both)")
     p.add_argument("--examples", type=int, default=0, help="also print N outputs per direction of the modern "
                    "split, evenly spread from the worst to the best by sentence chrF (of the first variant)")
     return p
@@ -287,14 +304,14 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("--beam and --threads must be at least 1, --limit at least 0")
         if args.json:
             check_output_file(args.json, "--json")
-        systems = package_systems(args.package, variants, args.beam, args.threads)
+        systems = package_systems(args.package, variants, args.beam, args.threads, args.shortlist)
         if not args.no_apertium and any(d in APERTIUM_MODES for d in directions):
             systems.append(apertium_system(directions))
     except UsageError as e:
         return fail(PROG, str(e), EXIT_USAGE)
     sets = load_sets(splits, directions, args.limit)
     settings = {"package": str(args.package), "variants": variants, "beam": args.beam, "threads": args.threads,
-                "splits": splits, "directions": directions, "limit": args.limit,
+                "shortlist": args.shortlist, "splits": splits, "directions": directions, "limit": args.limit,
                 "apertium": any(s.name == APERTIUM for s in systems)}
     report = {"settings": settings,
               **evaluate(sets, systems, log=lambda line: print(line, file=sys.stderr, flush=True))}

@@ -26,8 +26,10 @@ from engine.package import ModelPackage, PackageError
 from engine.runtime import Runtime, RuntimeOptions
 
 
-def cpu_runtime(package: ModelPackage, variant: str = "fp32", threads: int = 1) -> Runtime:
-    return Runtime(package, RuntimeOptions(device="cpu", threads=threads, variant=variant))
+def cpu_runtime(package: ModelPackage, variant: str = "fp32", threads: int = 1, shortlist: bool = True) -> Runtime:
+    """A CPU runtime of one graph variant; with ``shortlist`` it scores the package's vocabulary
+    shortlist when it has one, as a server does by default."""
+    return Runtime(package, RuntimeOptions(device="cpu", threads=threads, variant=variant, shortlist=shortlist))
 
 
 def unpad(src: np.ndarray, pad: int) -> list[list[int]]:

@@ -80,12 +80,41 @@ def test_the_command_without_apertium_writes_the_json(tiny_package, tmp_path, mo
     report = json.loads(out.read_text())
     assert list(report) == ["settings", "systems", "sets", "timing"]
     assert report["settings"] == {"package": str(tiny_package), "variants": ["int8"], "beam": 2, "threads": 1,
-                                  "splits": ["modern"], "directions": ["en-de", "de-en", "en-es"], "limit": 0,
-                                  "apertium": False}
+                                  "shortlist": "on", "splits": ["modern"], "directions": ["en-de", "de-en", "en-es"],
+                                  "limit": 0, "apertium": False}
     assert report["systems"] == ["ours-int8"] and [len(r["outputs"]) for r in report["sets"]] == [2, 1]
     stdout = capsys.readouterr().out
     assert stdout.startswith("| split | direction | ours-int8 BLEU / chrF | lines | ours-int8 unk |\n")
     assert "| ours-int8 | 3 |" in stdout
+
+
+def test_shortlist_both_scores_the_same_graphs_with_and_without_it(tiny_package, tiny_checkpoint, tmp_path,
+                                                                   monkeypatch, capsys):
+    from engine.shortlist import learn
+    from export.shortlist_graph import add_to_package, training_examples
+
+    monkeypatch.setattr(modern_eval, "load_sets", lambda splits, directions, limit: fake_sets())
+    args = ["--variants", "int8,fp32", "--no-apertium", "--directions", "en-de,de-en", "--shortlist", "both"]
+    assert modern_eval.main(["--package", str(tiny_package), *args]) == EXIT_USAGE
+    assert capsys.readouterr().err == (f"python -m bench.modern_eval: error: --shortlist both: {tiny_package} has no "
+                                       "vocabulary shortlist for int8, fp32 (python -m export.shortlist_graph "
+                                       "adds one)\n")
+
+    pkg = tmp_path / "tiny"
+    shutil.copytree(tiny_package, pkg)
+    add_to_package(pkg, learn(*training_examples(tiny_checkpoint), frequent=16, per_source=4), {"frequent": 16})
+    out = tmp_path / "modern.json"
+    assert modern_eval.main(["--package", str(pkg), *args, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["systems"] == ["ours-int8", "ours-int8-shortlist", "ours-fp32", "ours-fp32-shortlist"]
+    assert all(set(r["scores"]) == set(report["systems"]) for r in report["sets"])
+    # Without the flag the package is scored as served: with its shortlist, under the variant's name.
+    assert modern_eval.main(["--package", str(pkg), "--variants", "int8", "--no-apertium", "--directions", "en-de",
+                             "--json", str(out)]) == 0
+    served = json.loads(out.read_text())
+    assert served["systems"] == ["ours-int8"]
+    assert [o["ours-int8"] for o in served["sets"][0]["outputs"]] == [
+        o["ours-int8-shortlist"] for o in report["sets"][0]["outputs"]]
 
 
 def test_a_missing_apertium_is_one_clear_line(tiny_package, monkeypatch, capsys):
