@@ -224,12 +224,40 @@ def validate(path: Path, out_dir: Path, force: bool) -> tuple[list[str], dict[st
     return problems, ckpt
 
 
+SHORTLIST_BESIDE = "shortlist.npz"  # a shipped model's vocabulary shortlist, next to its model.pt
+
+
+def shortlist_beside(checkpoint: str | Path) -> Path | None:
+    """The vocabulary shortlist shipped beside a checkpoint (``shortlist.npz``), if there is one."""
+    found = ckpt_io.resolve(checkpoint).parent / SHORTLIST_BESIDE
+    return found if found.is_file() else None
+
+
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = False, fp16: bool = False,
-                      force: bool = False, log=print) -> ModelPackage:
-    """Run the whole pipeline and return the validated package."""
+                      force: bool = False, log=print, shortlist: str | Path | None = None) -> ModelPackage:
+    """Run the whole pipeline and return the validated package; with ``shortlist`` (a file that
+    engine/shortlist.py saved), the package scores that vocabulary shortlist on the CPU."""
+    from engine.shortlist import Shortlist
+    from export.shortlist_graph import add_to_package
+
     out_dir = Path(out_dir)
     path = ckpt_io.resolve(checkpoint)
     problems, ckpt = validate(path, out_dir, force)
+    short = None
+    if shortlist is not None:
+        try:
+            ckpt_io.verify_sha256(Path(shortlist))  # beside a shipped model: listed in its SHA256SUMS
+            short = Shortlist.load(shortlist)
+        except (OSError, ValueError, KeyError) as e:
+            problems.append(f"shortlist {shortlist}: {e}")
+        if short is not None and ckpt is not None:
+            cfg = RunConfig.from_dict(ckpt["config"])
+            targets = {parse_direction(p)[1] for p in cfg.data.directions}
+            if short.vocab_size != cfg.model.vocab_size:
+                problems.append(f"shortlist {shortlist} is for a vocabulary of {short.vocab_size}; the model has "
+                                f"{cfg.model.vocab_size}")
+            elif missing := sorted(targets - set(short.languages)):
+                problems.append(f"shortlist {shortlist} has no list for target language(s) {', '.join(missing)}")
     if problems:
         raise ValueError(f"cannot export {checkpoint}: " + "; ".join(problems))
     assert ckpt is not None
@@ -253,8 +281,13 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
                         "torch": torch.__version__, "max_abs_diff_vs_torch": worst,
                         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
+    def finish(work: Path) -> None:
+        if short is not None:
+            add_to_package(work, short, {"file": Path(shortlist).name, "sha256": ckpt_io.sha256_file(Path(shortlist)),
+                                         "languages": short.languages})
+
     return write_package(model, {contract.TOKENIZER: tokenizer.model_proto}, manifest, out_dir, int8=int8,
-                         fp16=fp16, eos_id=EOS_ID, log=log)
+                         fp16=fp16, eos_id=EOS_ID, log=log, finish=finish)
 
 
 def dimensions(m: ModelConfig) -> Dimensions:
@@ -264,12 +297,13 @@ def dimensions(m: ModelConfig) -> Dimensions:
 
 
 def write_package(model: Transformer, files: dict[str, bytes], manifest: Callable[[float], Manifest],
-                  out_dir: Path, int8: bool, fp16: bool, eos_id: int, log=print) -> ModelPackage:
+                  out_dir: Path, int8: bool, fp16: bool, eos_id: int, log=print,
+                  finish: Callable[[Path], None] | None = None) -> ModelPackage:
     """The pipeline every package goes through (a checkpoint of ours, an imported model): the
     four graphs, checked against PyTorch, their variants, the tokenizer ``files`` (name ->
     bytes) and the manifest, which ``manifest(max |diff| vs PyTorch)`` gives. Built in a
     temporary directory beside ``out_dir`` and moved in place at the end, so a failed export
-    never leaves a half-written package behind."""
+    never leaves a half-written package behind; ``finish(directory)`` adds to it before the move."""
     from export import quantize, resident
 
     started = time.monotonic()
@@ -299,6 +333,8 @@ def write_package(model: Transformer, files: dict[str, bytes], manifest: Callabl
         for name, content in files.items():
             (work / name).write_bytes(content)
         write_manifest(work, manifest(worst))
+        if finish is not None:
+            finish(work)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         work.rename(out_dir)
@@ -320,13 +356,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--int8", action="store_true", help="add int8 graphs (dynamic quantization) for the CPU")
     p.add_argument("--fp16", action="store_true", help="add half-precision graphs for CUDA")
     p.add_argument("--force", action="store_true", help="overwrite an existing, non-empty out_dir")
+    sl = p.add_mutually_exclusive_group()
+    sl.add_argument("--shortlist", type=Path, help="add this vocabulary shortlist (python -m export.shortlist_graph "
+                    f"--save makes one; default: the {SHORTLIST_BESIDE} beside the checkpoint, when there is one)")
+    sl.add_argument("--no-shortlist", action="store_true", help=f"ignore a {SHORTLIST_BESIDE} beside the checkpoint")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        export_checkpoint(args.checkpoint, args.out_dir, int8=args.int8, fp16=args.fp16, force=args.force)
+        shortlist = None if args.no_shortlist else args.shortlist or shortlist_beside(args.checkpoint)
+        export_checkpoint(args.checkpoint, args.out_dir, int8=args.int8, fp16=args.fp16, force=args.force,
+                          shortlist=shortlist)
     except (ValueError, FileNotFoundError) as e:  # what the user gave: collected and named before any work
         return fail("nmt-export", str(e), EXIT_USAGE)
     except RuntimeError as e:  # the exported graphs do not match PyTorch

@@ -214,3 +214,34 @@ def test_the_columns_are_gathered_when_the_batch_s_pieces_change_not_at_every_st
     _tokens(rt, _sources(package, 8), 1)
     # Built when the 8 join; again only when half of those it was built for have left (8 -> 4 -> 2 -> 1).
     assert 1 <= len(gathers) <= 4 < len(steps)
+
+
+def test_nmt_export_adds_the_shortlist_beside_the_checkpoint_unless_told_not_to(tiny_checkpoint, learned, tmp_path,
+                                                                                 capsys):
+    """A shipped model's shortlist.npz (beside its model.pt) goes into every package exported from
+    it; --no-shortlist leaves it out; a shortlist that cannot serve the model is refused before any
+    work, with nothing written."""
+    from export.onnx_export import SHORTLIST_BESIDE
+    from export.onnx_export import main as export_main
+
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(tiny_checkpoint, model / "model.pt")
+    shortlist = learn(*learned, frequent=16, per_source=4)
+    shortlist.save(model / SHORTLIST_BESIDE)
+    assert export_main([str(model / "model.pt"), str(tmp_path / "with"), "--int8"]) == 0
+    package = ModelPackage.load(tmp_path / "with")
+    assert package.shortlist_variants == ("fp32", "int8")
+    assert package.provenance["shortlist"]["file"] == SHORTLIST_BESIDE
+    assert Shortlist.load(package.path / "shortlist.npz").languages == shortlist.languages
+    assert export_main([str(model / "model.pt"), str(tmp_path / "without"), "--no-shortlist"]) == 0
+    assert ModelPackage.load(tmp_path / "without").shortlist_variants == ()
+
+    small = Shortlist(vocab_size=shortlist.vocab_size - 1, frequent={}, offsets={}, targets={})
+    small.save(tmp_path / "small.npz")
+    capsys.readouterr()
+    bad = [str(model / "model.pt"), str(tmp_path / "bad"), "--shortlist", str(tmp_path / "small.npz")]
+    assert export_main(bad) == 2
+    assert (f"shortlist {tmp_path / 'small.npz'} is for a vocabulary of {shortlist.vocab_size - 1}; the model has "
+            f"{shortlist.vocab_size}") in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
