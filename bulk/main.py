@@ -218,7 +218,9 @@ def start_ray(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     try:
-        ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
+        # "local": a Ray of our own, even when another runs on this machine (ray.init(None) would
+        # join that one, or fail on the address file a killed head leaves behind).
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING)
     except ConnectionError as e:
         raise UsageError(f"--ray-address {address}: {last_line(e)}") from None

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +29,7 @@ LONG = "x" * 4001  # one character over the server's default --max-chars: this r
 def local_ray():
     """One local Ray for the module's in-process runs (each start costs seconds): nmt-bulk uses
     a Ray its program already runs."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -162,7 +164,11 @@ def test_a_driver_joins_a_running_cluster_by_address_and_leaves_it_running(tiny_
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # nothing but the flag says where
     ray_cli = str(Path(sys.executable).parent / "ray")
     address = f"127.0.0.1:{free_port()}"
-    head = subprocess.Popen([ray_cli, "start", "--head", "--block", "--port", address.split(":")[1],
+    # Its own temporary directory (short: Ray's socket paths must fit 107 characters), so the head
+    # leaves no address file where every later ray.init on this machine would look for a cluster.
+    temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    head = subprocess.Popen([ray_cli, "start", "--head", "--block", "--temp-dir", str(temp),
+                             "--port", address.split(":")[1],
                              "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--include-dashboard", "false",
                              "--disable-usage-stats"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -188,3 +194,6 @@ def test_a_driver_joins_a_running_cluster_by_address_and_leaves_it_running(tiny_
     finally:
         os.killpg(head.pid, signal.SIGTERM)  # --block: the head stops the Ray processes it started
         head.wait(60)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert not Path("/tmp/ray/ray_current_cluster").exists() or "127.0.0.1:" + address.split(":")[1] not in \
+        Path("/tmp/ray/ray_current_cluster").read_text()
