@@ -36,13 +36,10 @@ FLOORS = {"en-de": 27.4, "de-en": 35.7, "en-fr": 26.4, "fr-en": 34.5, "en-es": 2
 
 @pytest.fixture(scope="module")
 def default_server(tmp_path_factory):
-    from export.onnx_export import export_checkpoint, shortlist_beside
+    from export.onnx_export import export_checkpoint
 
     package = tmp_path_factory.mktemp("default_pkg") / "default"
-    # As the first command serves it: int8, with the vocabulary shortlist shipped beside the model.
-    shortlist = shortlist_beside(DEFAULT_MODEL / "model.pt")
-    assert shortlist is not None
-    export_checkpoint(DEFAULT_MODEL / "model.pt", package, int8=True, log=lambda _: None, shortlist=shortlist)
+    export_checkpoint(DEFAULT_MODEL / "model.pt", package, int8=True, log=lambda _: None)
     server = ServerThread(package, model=(f"default={package}",), int8=True, threads=2)
     yield server
     server.stop()
