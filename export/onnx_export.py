@@ -137,22 +137,19 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = OPSET) -> tupl
         torch.onnx.export(DecoderStepGraph(model), tuple(inputs.values()), str(dec_path), input_names=list(dec_in),
                           output_names=list(dec_out), opset_version=opset, dynamo=True, dynamic_shapes=shapes,
                           optimize=True, verbose=False)
-    _finish_graph(enc_path)
-    _finish_graph(dec_path)
+    _inline_external_data(enc_path)
+    _inline_external_data(dec_path)
     return enc_path, dec_path
 
 
-def _finish_graph(path: Path) -> None:
-    """Each graph one self-contained file (the exporter may split weights out), with the
-    products that read one input fused into one (export/fuse.py)."""
+def _inline_external_data(path: Path) -> None:
+    """Keep each graph one self-contained file (the exporter may split weights out)."""
     import onnx
 
-    from export.fuse import fuse_shared_products
-
-    model = onnx.load(str(path))
-    fuse_shared_products(model)
-    onnx.save_model(model, str(path), save_as_external_data=False)
-    path.with_name(path.name + ".data").unlink(missing_ok=True)
+    side = path.with_name(path.name + ".data")
+    if side.exists():
+        onnx.save_model(onnx.load(str(path)), str(path), save_as_external_data=False)
+        side.unlink()
 
 
 # (B, S, P) sizes other than the traced (2, 5, 4): batch 1, an empty past, longer sources and pasts.
@@ -316,8 +313,8 @@ def write_package(model: Transformer, files: dict[str, bytes], manifest: Callabl
         step_path, rows_path = (work / contract.graph_file(g) for g in contract.RESIDENT_GRAPHS)
         with _quiet(), torch.no_grad():
             resident.export_resident_graphs(model.eval(), eos_id, step_path, rows_path, OPSET)
-        _finish_graph(step_path)
-        _finish_graph(rows_path)
+        _inline_external_data(step_path)
+        _inline_external_data(rows_path)
         worst = max(worst, resident.check_resident_graphs(model, step_path, rows_path, eos_id))
         log(f"[2/4] onnxruntime vs PyTorch at untraced sizes: max |diff| {worst:.2e}")
         if worst > 1e-4:
