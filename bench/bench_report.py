@@ -17,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from engine.cpu import cpu_info
+
 VERSIONED = ("torch", "onnxruntime", "ctranslate2", "transformers", "optimum", "numpy", "grpcio")
 
 
@@ -27,17 +29,7 @@ INSTRUCTION_SETS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512
 
 def machine() -> dict[str, Any]:
     """The CPU (model and the matrix instruction sets it has), core count, platform and library versions."""
-    cpu = platform.processor() or platform.machine()
-    flags: set[str] = set()
-    try:  # the first processor's lines (every core of one machine has the same)
-        lines = Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-        elif line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
+    cpu, flags = cpu_info()
     versions = {}
     for name in VERSIONED:
         try:

@@ -126,9 +126,11 @@ def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     resident = "on" if engine.endswith(RESIDENT_SUFFIX) else "auto"  # auto: on CUDA, off on the CPU
     shortlist = engine.endswith(SHORTLIST_SUFFIX)
     variant = engine.removesuffix(RESIDENT_SUFFIX).removesuffix(SHORTLIST_SUFFIX).split("-")[1]
+    # onnx-int8: the int8 width a server runs on this CPU (int8w8 with VNNI/AMX: engine/cpu.py); info names it.
+    int8 = variant == "int8"
     rt = Runtime(ModelPackage.load(work["package"]),
-                 RuntimeOptions(device=work["device"], threads=work["threads"], variant=variant, resident=resident,
-                                shortlist=shortlist))
+                 RuntimeOptions(device=work["device"], threads=work["threads"], variant="" if int8 else variant,
+                                int8=int8, resident=resident, shortlist=shortlist))
     if rt.device != work["device"]:
         raise RuntimeError(f"onnxruntime runs on {rt.device}, not {work['device']} (providers {rt.providers})")
     if shortlist and rt.shortlist is None:

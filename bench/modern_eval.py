@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         directions = _names(args.directions, DIRECTIONS, "--directions")
         splits = _names(args.splits, SPLITS, "--splits")
-        variants = _names(args.variants, ("fp32", "int8"), "--variants")
+        variants = _names(args.variants, ("fp32", "int8", "int8w8"), "--variants")
         if args.beam < 1 or args.threads < 1 or args.limit < 0:
             raise UsageError("--beam and --threads must be at least 1, --limit at least 0")
         if args.json:

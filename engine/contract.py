@@ -163,6 +163,7 @@ def graph_names(n_layers: int) -> dict[str, tuple[tuple[str, ...], tuple[str, ..
 VARIANTS: dict[str, str] = {
     "fp32": "reference precision, any device",
     "int8": "dynamic int8 quantization of the matrix multiplications, for the CPU",
+    "int8w8": "int8 with 8-bit weights, for CPUs whose int8 products cannot saturate (VNNI, AMX): engine/cpu.py",
     "fp16": "half precision, for CUDA",
 }
 

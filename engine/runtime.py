@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from engine import contract
+from engine.cpu import int8_variant
 from engine.defaults import DEVICES, RESIDENT_MODES
 from engine.memory import keep_freed_memory
 from engine.package import ModelPackage
@@ -47,8 +48,8 @@ CPU_DISABLED_FUSIONS = ["SkipLayerNormFusion", "MatMulScaleFusion"]
 class RuntimeOptions:
     device: str = "auto"  # auto | cuda | cpu
     threads: int = 0  # CPU intra-op threads; 0 = onnxruntime's default
-    int8: bool = False  # on the CPU, use the int8 graphs when the package has them
-    variant: str = ""  # force one graph variant (fp32, int8, fp16) instead of choosing by device
+    int8: bool = False  # on the CPU, use the int8 graphs when the package has them (int8w8 where exact)
+    variant: str = ""  # force one graph variant (fp32, int8, int8w8, fp16) instead of choosing by device
     spin: bool = True  # intra-op threads spin between ops: faster alone, slower beside other busy threads
     resident: str = "auto"  # auto (on CUDA when the package has the graphs) | on | off: engine/decoding.ResidentBatch
     # Score only the batch's vocabulary shortlist (engine/shortlist.py) when the package has one
@@ -100,7 +101,8 @@ class Runtime:
                 cpu_build = CUDA not in ort.get_available_providers()
                 (log.info if cpu_build else log.warning)("CUDA not used, serving on the CPU: %s", why)
         if self.device == "cpu":
-            variant = options.variant or ("int8" if options.int8 and "int8" in package.variants else "fp32")
+            int8 = int8_variant(package.variants) if options.int8 else None  # the width this CPU runs exactly
+            variant = options.variant or int8 or "fp32"
             self._open(package, variant, [CPU], options)
         self.float_type = np.float16 if self.variant == "fp16" else np.float32
         d = package.dims

@@ -323,8 +323,10 @@ def write_package(model: Transformer, files: dict[str, bytes], manifest: Callabl
         for graph_path in (enc_path, dec_path, step_path, rows_path):
             with _quiet():
                 # int8 is for the CPU, whose decoding loop runs on the plain decoder graph.
-                if int8 and graph_path not in (step_path, rows_path):
+                if int8 and graph_path not in (step_path, rows_path):  # both widths: engine/cpu.py picks
                     quantize.to_int8(graph_path, work / graph_path.name.replace(".onnx", ".int8.onnx"))
+                    quantize.to_int8(graph_path, work / graph_path.name.replace(".onnx", ".int8w8.onnx"),
+                                     quantize.WEIGHT_MAX_EXACT)
                 if fp16:
                     quantize.to_fp16(graph_path, work / graph_path.name.replace(".onnx", ".fp16.onnx"))
         for name, content in files.items():
@@ -350,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="a checkpoint (.pt), a shipped model's directory (its model.pt) or a run "
                                       "directory of nmt-train (its average.pt or last checkpoint)")
     p.add_argument("out_dir", help="the model package directory to write (created with its parents)")
-    p.add_argument("--int8", action="store_true", help="add int8 graphs (dynamic quantization) for the CPU")
+    p.add_argument("--int8", action="store_true", help="add int8 graphs (dynamic quantization) for the CPU, "
+                   "with 7-bit weights (any x86 CPU) and 8-bit weights (int8w8: CPUs with VNNI or AMX)")
     p.add_argument("--fp16", action="store_true", help="add half-precision graphs for CUDA")
     p.add_argument("--force", action="store_true", help="overwrite an existing, non-empty out_dir")
     sl = p.add_mutually_exclusive_group()

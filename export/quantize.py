@@ -47,6 +47,7 @@ import numpy as np
 from engine import contract
 
 WEIGHT_MAX = 63  # 7-bit weights: no int16 saturation in the AVX2 uint8 x int8 kernel (see above)
+WEIGHT_MAX_EXACT = 127  # 8-bit weights, the int8w8 variant: for VNNI/AMX kernels, which do not saturate
 SIGNED_ZERO_POINT = 128  # activations of either sign: uint8 128 + round(x / scale), in 1..255
 SIGNED_MAX = 127
 UNSIGNED_MAX = 255  # Relu outputs: uint8 round(x / scale), in 0..255
@@ -55,15 +56,16 @@ QUANT_OPSET = 21  # QuantizeLinear with block_size (one scale per row) needs ops
 MS_DOMAIN = "com.microsoft"
 
 
-def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(K, N) float -> int8 (K, N) and one float32 scale per column (symmetric, 7 bits)."""
+def quantize_weight(w: np.ndarray, weight_max: int = WEIGHT_MAX) -> tuple[np.ndarray, np.ndarray]:
+    """(K, N) float -> int8 (K, N) and one float32 scale per column (symmetric, |q| <= weight_max)."""
     amax = np.abs(w).max(axis=0)
-    scale = np.where(amax > 0, amax / WEIGHT_MAX, 1.0).astype(np.float32)
-    return np.clip(np.round(w / scale), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8), scale
+    scale = np.where(amax > 0, amax / weight_max, 1.0).astype(np.float32)
+    return np.clip(np.round(w / scale), -weight_max, weight_max).astype(np.int8), scale
 
 
-def to_int8(src: Path, dst: Path) -> Path:
-    """Quantize the graph at ``src`` (see the module docstring) and write it to ``dst``."""
+def to_int8(src: Path, dst: Path, weight_max: int = WEIGHT_MAX) -> Path:
+    """Quantize the graph at ``src`` (see the module docstring) and write it to ``dst``, weights
+    of ``weight_max`` (WEIGHT_MAX: 7 bits, the ``int8`` variant; WEIGHT_MAX_EXACT: 8 bits, ``int8w8``)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -130,7 +132,7 @@ def to_int8(src: Path, dst: Path) -> Path:
             nodes.append(n)  # everything else, products of two activations (attention) included
             continue
         q, row_scale, zero_point = quantize_rows(n.input[0], weight.dims[0])
-        w_q, w_scale = quantize_weight(numpy_helper.to_array(weight))
+        w_q, w_scale = quantize_weight(numpy_helper.to_array(weight), weight_max)
         name = n.name or n.output[0]
         new_inits += [numpy_helper.from_array(w_q, f"{name}.w_q"), numpy_helper.from_array(w_scale, f"{name}.w_scale")]
         inputs = [q, f"{name}.w_q", row_scale, f"{name}.w_scale"] + ([zero_point] if zero_point else [])

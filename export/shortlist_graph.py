@@ -29,7 +29,7 @@ from engine import contract
 from engine.package import ModelPackage, write_manifest
 from engine.shortlist import FREQUENT, PER_SOURCE, Shortlist, learn
 
-SHORTLIST_VARIANTS = ("fp32", "int8")  # the CPU's: the fp16 (CUDA) path decodes device-resident
+SHORTLIST_VARIANTS = ("fp32", "int8", "int8w8")  # the CPU's: the fp16 (CUDA) path decodes device-resident
 
 
 def shortlist_graphs(src: Path, table_dst: Path, step_dst: Path) -> tuple[Path, Path]:

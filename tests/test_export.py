@@ -148,7 +148,7 @@ def test_rows_with_different_past_lengths_share_a_step(tiny_package, tiny_checkp
 
 def test_int8_and_fp16_variants_decode(tiny_package, tiny_checkpoint):
     package = ModelPackage.load(tiny_package)
-    assert package.variants == ("fp32", "int8", "fp16")
+    assert package.variants == ("fp32", "int8", "int8w8", "fp16")
     src = sources(tiny_checkpoint)
     rows = unpad(src, 0)
     ref = [nb[0] for nb in decode_ids(cpu_runtime(package, "fp32"), rows)]
@@ -183,6 +183,7 @@ def test_manifest_describes_the_package(tiny_package, tiny_checkpoint):
     assert manifest["provenance"]["step"] == 600
     assert manifest["provenance"]["checkpoint_sha256"] == ckpt_io.sha256_file(tiny_checkpoint)  # see scripts/run.sh
     assert set(manifest["files"]) == {"encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.int8.onnx",
+                                      "encoder.int8w8.onnx", "decoder.int8w8.onnx",
                                       "encoder.fp16.onnx", "decoder.fp16.onnx", "step.onnx", "step.fp16.onnx",
                                       "rows.onnx", "rows.fp16.onnx", "tokenizer.model"}  # no int8 resident graphs
     assert list(manifest["graphs"]) == ["encoder", "decoder", "step", "rows"]
@@ -222,7 +223,7 @@ def test_a_package_without_the_optional_graphs_loads_and_one_that_hides_them_doe
     assert "step" not in json.loads((old / contract.MANIFEST).read_text())["graphs"]
     package = ModelPackage.load(old)
     assert package.graphs == contract.REQUIRED_GRAPHS and package.resident_variants == ()
-    assert package.variants == ("fp32", "int8", "fp16")
+    assert package.variants == ("fp32", "int8", "int8w8", "fp16")
 
 
 def test_model_json_is_checksummed_and_checked_against_the_tokenizer(tiny_package, tmp_path):

@@ -53,7 +53,7 @@ def test_marian_package_describes_the_model(marian):
     config = json.loads((hf_dir / "config.json").read_text())
     vocab = json.loads((hf_dir / "vocab.json").read_text())
     assert package.pairs == ("en-de",) and package.language_tags == {}
-    assert package.variants == ("fp32", "int8")
+    assert package.variants == ("fp32", "int8", "int8w8")
     assert package.special_ids == {"pad": vocab["<pad>"], "unk": 1, "eos": 0, "bos": vocab["<pad>"]}
     assert package.dims.vocab_size == config["vocab_size"] == len(vocab)
     assert package.provenance["architecture"].startswith("MarianMTModel")

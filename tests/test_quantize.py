@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from engine.decoding import DecodeOptions, Job, decode_all
@@ -99,13 +100,14 @@ def _decode(rt: Runtime, sources: list[list[int]]) -> list[list[int]]:
     return [nbest[0].tokens for nbest in decode_all(rt, jobs)]
 
 
-def test_int8_output_does_not_depend_on_the_rest_of_the_batch(tiny_package, tiny_checkpoint):
+@pytest.mark.parametrize("variant", ["int8", "int8w8"])  # 7- and 8-bit weights, on whatever CPU runs this
+def test_int8_output_does_not_depend_on_the_rest_of_the_batch(tiny_package, tiny_checkpoint, variant):
     """A text decoded inside random mixes of other texts gives exactly the tokens it gets
     alone (the per-tensor activation scale of the old quantizer broke this)."""
     tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
     sources = [tok.encode_source(text, target) for text, target in _texts()]
-    rt = Runtime(ModelPackage.load(tiny_package), RuntimeOptions("cpu", 1, True))
-    assert rt.variant == "int8"
+    rt = Runtime(ModelPackage.load(tiny_package), RuntimeOptions("cpu", 1, variant=variant))
+    assert rt.variant == variant
     alone = [_decode(rt, [s])[0] for s in sources]
     changed = []
     for seed in range(6):
@@ -117,13 +119,14 @@ def test_int8_output_does_not_depend_on_the_rest_of_the_batch(tiny_package, tiny
     assert not changed, f"(seed, text) decoded differently inside a batch than alone: {changed}"
 
 
-def test_int8_encoder_and_decoder_rows_are_bit_identical_in_any_batch(tiny_package, tiny_checkpoint):
+@pytest.mark.parametrize("variant", ["int8", "int8w8"])
+def test_int8_encoder_and_decoder_rows_are_bit_identical_in_any_batch(tiny_package, tiny_checkpoint, variant):
     """Each row's encoder outputs (alone and unpadded vs padded in a batch) and decoder-step
     outputs are the same bits. (fp32 is not held to this: its float products of one row and
     of many rows take different kernels, which differ in the last bits of the decoder step.)"""
     tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
     sources = [tok.encode_source(text, target) for text, target in _texts()]
-    rt = Runtime(ModelPackage.load(tiny_package), RuntimeOptions("cpu", 1, True))
+    rt = Runtime(ModelPackage.load(tiny_package), RuntimeOptions("cpu", 1, variant=variant))
     width = max(map(len, sources))
     src = np.zeros((len(sources), width), np.int64)  # right-padded with the pad id 0
     for i, s in enumerate(sources):

@@ -91,7 +91,7 @@ def _tokens(rt: Runtime, sources, beam: int, n_best: int = 1) -> list[list[list[
 
 def test_a_package_gets_the_shortlist_graphs_and_says_how_they_were_made(tiny_package, tmp_path, learned):
     package = _with_shortlist(tiny_package, tmp_path, learn(*learned, frequent=16, per_source=4))
-    assert package.shortlist_variants == ("fp32", "int8") and "shortlist" in package.graphs
+    assert package.shortlist_variants == ("fp32", "int8", "int8w8") and "shortlist" in package.graphs
     assert package.provenance["shortlist"] == {"frequent": 16, "per_source": 4}
     assert _runtime(package, "int8").shortlist is not None
     assert _runtime(package, "int8", shortlist=False).shortlist is None
@@ -231,7 +231,7 @@ def test_nmt_export_adds_the_shortlist_beside_the_checkpoint_unless_told_not_to(
     shortlist.save(model / SHORTLIST_BESIDE)
     assert export_main([str(model / "model.pt"), str(tmp_path / "with"), "--int8"]) == 0
     package = ModelPackage.load(tmp_path / "with")
-    assert package.shortlist_variants == ("fp32", "int8")
+    assert package.shortlist_variants == ("fp32", "int8", "int8w8")
     assert package.provenance["shortlist"]["file"] == SHORTLIST_BESIDE
     assert Shortlist.load(package.path / "shortlist.npz").languages == shortlist.languages
     assert export_main([str(model / "model.pt"), str(tmp_path / "without"), "--no-shortlist"]) == 0
