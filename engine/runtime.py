@@ -101,8 +101,8 @@ class Runtime:
                 cpu_build = CUDA not in ort.get_available_providers()
                 (log.info if cpu_build else log.warning)("CUDA not used, serving on the CPU: %s", why)
         if self.device == "cpu":
-            int8 = int8_variant(package.variants) if options.int8 else None  # the width this CPU runs exactly
-            variant = options.variant or int8 or "fp32"
+            # --int8: the weight width this CPU runs exactly (engine/cpu.py)
+            variant = options.variant or (options.int8 and int8_variant(package.variants)) or "fp32"
             self._open(package, variant, [CPU], options)
         self.float_type = np.float16 if self.variant == "fp16" else np.float32
         d = package.dims

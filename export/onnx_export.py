@@ -235,7 +235,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
     """Run the whole pipeline and return the validated package; with ``shortlist`` (a file that
     engine/shortlist.py saved), the package scores that vocabulary shortlist on the CPU."""
     from engine.shortlist import Shortlist
-    from export.shortlist_graph import add_to_package
+    from export.shortlist_graph import add_to_package, shortlist_problem
 
     out_dir = Path(out_dir)
     path = ckpt_io.resolve(checkpoint)
@@ -247,14 +247,11 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, int8: bool = 
             short = Shortlist.load(shortlist)
         except (OSError, ValueError, KeyError) as e:
             problems.append(f"shortlist {shortlist}: {e}")
-        if short is not None and ckpt is not None:
+        if short is not None and ckpt is not None:  # checked before any work; add_to_package checks it again
             cfg = RunConfig.from_dict(ckpt["config"])
             targets = {parse_direction(p)[1] for p in cfg.data.directions}
-            if short.vocab_size != cfg.model.vocab_size:
-                problems.append(f"shortlist {shortlist} is for a vocabulary of {short.vocab_size}; the model has "
-                                f"{cfg.model.vocab_size}")
-            elif missing := sorted(targets - set(short.languages)):
-                problems.append(f"shortlist {shortlist} has no list for target language(s) {', '.join(missing)}")
+            if problem := shortlist_problem(short, cfg.model.vocab_size, targets, "the model"):
+                problems.append(f"shortlist {shortlist} {problem}")
     if problems:
         raise ValueError(f"cannot export {checkpoint}: " + "; ".join(problems))
     assert ckpt is not None

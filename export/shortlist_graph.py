@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -130,16 +131,22 @@ def training_examples(checkpoint: str | Path, max_pairs: int = 0) -> tuple[list[
     return [(e.src, e.tgt, tag_to_lang[e.src[0]]) for e in examples], tok.vocab_size
 
 
+def shortlist_problem(shortlist: Shortlist, vocab_size: int, targets: Iterable[str], holder: str) -> str:
+    """Why ``shortlist`` cannot serve a model of ``vocab_size`` pieces translating into ``targets``
+    (``holder`` names that model in the message), or '' when it can."""
+    if shortlist.vocab_size != vocab_size:
+        return f"is for a vocabulary of {shortlist.vocab_size}; {holder} has {vocab_size}"
+    missing = sorted(set(targets) - set(shortlist.languages))
+    return f"has no list for target language(s) {', '.join(missing)}" if missing else ""
+
+
 def add_to_package(package_dir: str | Path, shortlist: Shortlist, about: dict) -> ModelPackage:
     """Write the shortlist and the shortlist step graph of each CPU variant into a package, and its
     manifest again (``about``, how the shortlist was made, goes into its provenance)."""
     package = ModelPackage.load(package_dir)
-    if shortlist.vocab_size != package.dims.vocab_size:
-        raise ValueError(f"the shortlist is for a vocabulary of {shortlist.vocab_size}; the package has "
-                         f"{package.dims.vocab_size}")
-    missing = sorted(set(package.language_tags) - set(shortlist.languages))
-    if missing:
-        raise ValueError(f"the shortlist has no list for target language(s) {', '.join(missing)}")
+    problem = shortlist_problem(shortlist, package.dims.vocab_size, package.language_tags, "the package")
+    if problem:
+        raise ValueError(f"the shortlist {problem}")
     shortlist.save(package.path / contract.SHORTLIST_FILE)
     for variant in SHORTLIST_VARIANTS:
         if variant in package.variants:

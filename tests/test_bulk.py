@@ -163,12 +163,13 @@ def test_a_driver_joins_a_running_cluster_by_address_and_leaves_it_running(tiny_
 
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # nothing but the flag says where
     ray_cli = str(Path(sys.executable).parent / "ray")
-    address = f"127.0.0.1:{free_port()}"
+    port = free_port()
+    address = f"127.0.0.1:{port}"
     # Its own temporary directory (short: Ray's socket paths must fit 107 characters), so the head
     # leaves no address file where every later ray.init on this machine would look for a cluster.
     temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     head = subprocess.Popen([ray_cli, "start", "--head", "--block", "--temp-dir", str(temp),
-                             "--port", address.split(":")[1],
+                             "--port", str(port),
                              "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--include-dashboard", "false",
                              "--disable-usage-stats"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -195,5 +196,5 @@ def test_a_driver_joins_a_running_cluster_by_address_and_leaves_it_running(tiny_
         os.killpg(head.pid, signal.SIGTERM)  # --block: the head stops the Ray processes it started
         head.wait(60)
         shutil.rmtree(temp, ignore_errors=True)
-    assert not Path("/tmp/ray/ray_current_cluster").exists() or "127.0.0.1:" + address.split(":")[1] not in \
-        Path("/tmp/ray/ray_current_cluster").read_text()
+    left = Path("/tmp/ray/ray_current_cluster")
+    assert not left.exists() or address not in left.read_text()
