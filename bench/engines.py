@@ -19,7 +19,12 @@ loaded). On ``--device cuda`` (``CUDA_ENGINES``): ``pytorch-cache``, ``onnx-fp32
 graphs) and ``ct2-fp16``. Only when named (``HF_CPU_ENGINES`` / ``HF_CUDA_ENGINES``, the ``hf``
 extra): ``hf-fp32`` (CPU) / ``hf-fp16`` (CUDA), Transformers ``generate()`` on the checkpoint
 converted in memory by bench/peers/hf_convert.py, and ``optimum-fp32`` (CPU), Optimum's
-``ORTModelForSeq2SeqLM`` on that model's ONNX export. The result says where each engine actually ran (``device``),
+``ORTModelForSeq2SeqLM`` on that model's ONNX export. Only when named (``MARIAN_ENGINES``, the
+``marian`` extra): ``marian-fp32`` / ``marian-int8``, Marian (pymarian) on the checkpoint
+converted by bench/peers/marian_convert.py (int8: Marian's intgemm8 model); it is not the same
+model (it starts from a zero vector and decodes pre-LN self-attention differently from how it
+trains; bench/studies/marian_parity.py), so its BLEU and output lengths are its own.
+The result says where each engine actually ran (``device``),
 with which graphs (``variant``) and whether decoding was device-resident (``resident``);
 an engine asked for CUDA that is not on it fails instead of reporting CPU numbers.
 """
@@ -43,6 +48,7 @@ SHORTLIST_ENGINES = ("onnx-fp32-shortlist", "onnx-int8-shortlist")  # only when 
 CUDA_ENGINES = ("pytorch-cache", "onnx-fp32", "onnx-fp16", "ct2-fp16")
 HF_CPU_ENGINES = ("hf-fp32", "optimum-fp32")  # Transformers and Optimum (the hf extra): only when named
 HF_CUDA_ENGINES = ("hf-fp16", "optimum-fp32")
+MARIAN_ENGINES = ("marian-fp32", "marian-int8")  # Marian via pymarian (the marian extra): only when named
 RESIDENT_SUFFIX = "-resident"  # an onnx engine with RuntimeOptions(resident="on")
 SHORTLIST_SUFFIX = "-shortlist"  # an onnx engine on the package's vocabulary shortlist (the others: without)
 
@@ -84,6 +90,8 @@ def import_engine(engine: str) -> None:
         import transformers  # noqa: F401 (imports torch)
     elif engine.startswith("optimum"):
         import optimum.onnxruntime  # noqa: F401 (imports onnxruntime, torch and transformers)
+    elif engine.startswith("marian"):
+        import pymarian  # noqa: F401
     else:
         raise ValueError(f"unknown engine {engine!r}")
 
@@ -244,6 +252,25 @@ def optimum_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     return run, {"device": device, "variant": "fp32", "resident": None}
 
 
+def marian_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
+    """Marian on the converted checkpoint: whitespace-separated pieces in, pieces out."""
+    from bench.peers.marian_convert import translator
+    from engine.defaults import OUTPUT_SLOPE
+    from engine.package import ModelPackage
+
+    sp = ModelPackage.load(work["package"]).load_tokenizer()
+    variant = work["engine"].split("-")[1]
+    # Marian bounds outputs by a factor of the source length only (ours adds OUTPUT_MARGIN): the factor is ours.
+    marian = translator(work["marian_model"], variant, work["threads"], work["beam_size"], OUTPUT_SLOPE,
+                        work["alpha"], max(map(len, work["batches"])))
+
+    def run(sources: list[list[int]]) -> list[list[int]]:
+        lines = [" ".join(sp.id_to_piece(i) for i in s[:-1]) for s in sources]  # Marian appends eos itself
+        return [[sp.piece_to_id(p) for p in out.split()] for out in marian.translate(lines)]
+
+    return run, {"device": "cpu", "variant": variant, "resident": None}
+
+
 def build(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     """The engine's decoder, and where it runs: {"device", "variant", "resident"}."""
     engine = work["engine"]
@@ -255,6 +282,8 @@ def build(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
         return hf_decoder(work)
     if engine.startswith("optimum"):
         return optimum_decoder(work)
+    if engine.startswith("marian"):
+        return marian_decoder(work)
     return ct2_decoder(work)
 
 

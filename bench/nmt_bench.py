@@ -68,6 +68,7 @@ from bench.engines import (
     CUDA_ENGINES,
     HF_CPU_ENGINES,
     HF_CUDA_ENGINES,
+    MARIAN_ENGINES,
     RESIDENT_SUFFIX,
     SHORTLIST_ENGINES,
 )
@@ -389,7 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      f"CUDA: {','.join((*CUDA_ENGINES, SERVER))}) (default: CPU: all of them; "
                                      f"CUDA: {','.join(DEFAULT_ENGINES['cuda'])}; ct2-fp16 only when named: its "
                                      f"wheels need CUDA 12; {','.join(HF_CPU_ENGINES)} (CPU) and "
-                                     f"{','.join(HF_CUDA_ENGINES)} (CUDA) only when named: the hf extra)")
+                                     f"{','.join(HF_CUDA_ENGINES)} (CUDA) only when named: the hf extra; "
+                                     f"{','.join(MARIAN_ENGINES)} only when named: the marian extra)")
     p.add_argument("--modes", default="greedy,beam", help="greedy and/or beam")
     p.add_argument("--batch-sizes", help="texts per batch (offline) or per request (server) (default: "
                    f"{DEFAULT_BATCH_SIZES['cpu']}; {DEFAULT_BATCH_SIZES['cuda']} with --device cuda)")
@@ -402,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "(default: beside --json; replaced every run)")
     p.add_argument("--optimum-model", type=Path, help="where to export the converted checkpoint for optimum-fp32 "
                                                       "(default: beside --json; replaced every run)")
+    p.add_argument("--marian-model", type=Path, help="where to convert the checkpoint for marian-fp32/marian-int8 "
+                                                     "(default: beside --json; replaced every run)")
     p.add_argument("--json", dest="out", type=Path, help="JSON results; a Markdown table is written beside it "
                                                          "(default: bench/results/nmt_bench-DEVICE.json)")
     p.add_argument("--png", dest="chart", type=Path, help="also draw sentences/s as a PNG here, and the server "
@@ -441,7 +445,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UsageError("--hf-dir needs --input: an imported model has no test split of ours")
     defaults = IMPORTED_ENGINES if args.hf_dir else DEFAULT_ENGINES[args.device]
     args.engines = [e.strip() for e in args.engines.split(",")] if args.engines else list(defaults)
-    allowed = (set(CPU_ENGINES) | set(HF_CPU_ENGINES) | set(SHORTLIST_ENGINES) if args.device == "cpu"
+    allowed = (set(CPU_ENGINES) | set(HF_CPU_ENGINES) | set(SHORTLIST_ENGINES) | set(MARIAN_ENGINES)
+               if args.device == "cpu"
                else set(CUDA_ENGINES) | set(HF_CUDA_ENGINES)) | {SERVER}
     if args.hf_dir:
         allowed &= set(IMPORTED_ENGINES)
@@ -544,7 +549,8 @@ def run(argv: list[str] | None) -> int:
                       "not be device-resident (export it again with nmt-export)", flush=True)
     items = load_items(args, cfg.data, tokenizer)
     paths = {"checkpoint": str(ckpt_path), "package": str(args.package), "tokenizer": str(package.tokenizer_path),
-             "max_target_tokens": package.max_target_tokens, "ct2_model": "", "optimum_model": ""}
+             "max_target_tokens": package.max_target_tokens, "ct2_model": "", "optimum_model": "",
+             "marian_model": ""}
     if any(e.startswith("ct2") for e in args.engines):
         from bench.peers.ct2_convert import convert
 
@@ -555,6 +561,12 @@ def run(argv: list[str] | None) -> int:
 
         optimum_dir = args.optimum_model or args.out.parent / f"optimum-{ckpt_path.parent.name}-{ckpt_path.stem}"
         paths["optimum_model"] = str(hf_convert.export_optimum(hf_convert.load(ckpt_path)[0], optimum_dir, force=True))
+    if any(e.startswith("marian") for e in args.engines):
+        from bench.peers import marian_convert
+
+        marian_dir = args.marian_model or args.out.parent / f"marian-{ckpt_path.parent.name}-{ckpt_path.stem}"
+        paths["marian_model"] = str(marian_convert.convert(ckpt_path, marian_dir, int8="marian-int8" in args.engines,
+                                                           force=True))
     server_base = server_baseline_mib() if SERVER in args.engines else 0.0
     info.update({"checkpoint": str(ckpt_path), "package": str(args.package), "sentences": len(items),
                  "directions": sorted({f"{i.src_lang}-{i.tgt_lang}" for i in items}),
