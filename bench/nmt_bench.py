@@ -259,6 +259,8 @@ def run_server(args: argparse.Namespace, items: list[Item], batches: list[BenchB
     bs = max(len(b.rows) for b in batches)
     requests = [Request([items[i].src for i in b.rows], b.src_lang, b.tgt_lang) for b in batches]
     rows, extra = server_limits(args, len(items), bs, beam)
+    if args.spin_threads:
+        extra = [*extra, "--spin-threads"]
     runs = []
     with ServerProcess(args.package, args.threads, max_batch_rows=rows, device=args.device, extra=extra) as srv:
         where = server_placement(server_model(srv.address), args.device)
@@ -328,6 +330,7 @@ def run_config(args: argparse.Namespace, engine: str, mode: str, bs: int, items:
                 else {**summarise(engine, mode, bs, batches, r.seconds, r.latencies, r.texts, r.tokens, items, r.rss),
                       "clients": r.clients, **where} for r in runs]
     work = {"engine": engine, "beam_size": beam, "alpha": ALPHA, "threads": args.threads, "device": args.device,
+            "spin_threads": args.spin_threads,
             "batches": [[items[i].ids for i in b.rows] for b in batches], "progress": True,
             "repeats": args.repeats, **paths}
     result = run_child(work, args.threads)
@@ -400,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clients", default="8", help="concurrent gRPC clients of the server engine; a comma-separated "
                    "list (1,32,64,128,256) is a sweep: one server row per count")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the engines run")
+    p.add_argument("--spin-threads", action="store_true", help="let onnxruntime's intra-op threads spin for work "
+                   "between runs in the onnx engines, as nmt-serve --spin-threads does (default: they do not)")
     p.add_argument("--ct2-model", type=Path, help="where to convert the checkpoint for CTranslate2 "
                                                   "(default: beside --json; replaced every run)")
     p.add_argument("--optimum-model", type=Path, help="where to export the converted checkpoint for optimum-fp32 "
@@ -509,7 +514,8 @@ def run(argv: list[str] | None) -> int:
     args = parse_args(argv)
     load_cpu_json(args.cpu_json)  # checked before any work
     info = {"command": "nmt-bench " + " ".join(sys.argv[1:] if argv is None else argv),
-            "device": args.device, "threads": args.threads, "machine": bench_report.machine(),
+            "device": args.device, "threads": args.threads, "spin_threads": args.spin_threads,
+            "machine": bench_report.machine(),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.device == "cuda" and (why := cuda_available()):

@@ -24,7 +24,7 @@ import onnxruntime as ort
 
 from engine import contract
 from engine.cpu import int8_variant
-from engine.defaults import DEVICES, RESIDENT_MODES
+from engine.defaults import DEVICES, RESIDENT_MODES, SPIN_THREADS
 from engine.memory import keep_freed_memory
 from engine.package import ModelPackage
 from engine.shortlist import Shortlist
@@ -50,7 +50,7 @@ class RuntimeOptions:
     threads: int = 0  # CPU intra-op threads; 0 = onnxruntime's default
     int8: bool = False  # on the CPU, use the int8 graphs when the package has them (int8w8 where exact)
     variant: str = ""  # force one graph variant (fp32, int8, int8w8, fp16) instead of choosing by device
-    spin: bool = True  # intra-op threads spin between ops: faster alone, slower beside other busy threads
+    spin: bool = SPIN_THREADS  # intra-op threads spin for work between runs (engine/defaults.py: off)
     resident: str = "auto"  # auto (on CUDA when the package has the graphs) | on | off: engine/decoding.ResidentBatch
     # Score only the batch's vocabulary shortlist (engine/shortlist.py) when the package has one
     # for the variant in use (host-memory decoding; the resident path scores the whole vocabulary).

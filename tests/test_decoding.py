@@ -215,8 +215,8 @@ def test_newcomers_are_encoded_in_length_groups(setup):
 
 def test_spinning_is_a_session_option(tiny_package):
     package = ModelPackage.load(tiny_package)
-    quiet = Runtime(package, RuntimeOptions(device="cpu", threads=2, spin=False))
-    assert quiet.decoder.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    default = Runtime(package, RuntimeOptions(device="cpu", threads=2))
+    default = Runtime(package, RuntimeOptions(device="cpu", threads=2))  # SPIN_THREADS: off
+    assert default.decoder.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    spinning = Runtime(package, RuntimeOptions(device="cpu", threads=2, spin=True))
     with pytest.raises(Exception, match="allow_spinning"):  # not set: onnxruntime's default (spin)
-        default.decoder.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+        spinning.decoder.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")

@@ -51,6 +51,7 @@ def test_nmt_bench_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
                if r["mode"] == "greedy" and not r["engine"].endswith("int8"))
     assert [r["clients"] for r in rows if r["engine"] == "server"] == [2] * 4
     assert result["machine"]["cores"] and result["machine"]["versions"]["ctranslate2"]
+    assert result["spin_threads"] is False  # engine/defaults.py SPIN_THREADS, as nmt-serve runs
     md = out.with_suffix(".md").read_text()
     assert chart.stat().st_size > 0 and md.startswith("| engine | mode | batch | clients |")
     assert "by concurrent clients" not in md and "GPU targets" not in md  # one client count, a CPU run
@@ -136,10 +137,11 @@ def test_server_sweep_and_the_resident_engine_on_the_cpu(tiny_checkpoint, tiny_p
     assert main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--input", str(sources),
                  "--directions", "en-de", "--sentences", "4", "--batch-sizes", "2", "--beam", "2",
                  "--engines", "onnx-fp32,onnx-fp32-resident,server", "--clients", "2,1", "--gpu-targets",
-                 "--json", str(out), "--png", str(chart)]) == 0
+                 "--spin-threads", "--json", str(out), "--png", str(chart)]) == 0
     result = json.loads(out.read_text())
     rows = result["rows"]
     assert [r.get("error") for r in rows] == [None] * len(rows) and result["clients"] == [1, 2]
+    assert result["spin_threads"] is True  # the onnx engines and the server (--spin-threads) spin
     assert [(r["engine"], r["mode"], r.get("clients")) for r in rows] == [
         (e, m, c) for m in ("greedy", "beam")
         for e, c in (("onnx-fp32", None), ("onnx-fp32-resident", None), ("server", 1), ("server", 2))]
@@ -288,7 +290,7 @@ def test_a_failing_client_count_keeps_the_others_and_a_cpu_server_is_no_gpu_row(
     monkeypatch.setattr(nmt_bench, "server_model", lambda address: pb.ModelInfo(device=device["now"], variant="fp32"))
     items = [nmt_bench.Item(f"text {i}", "en", "de", None, [4, 10 + i, 3]) for i in range(6)]
     args = argparse.Namespace(package="p", threads=1, device="cpu", clients=[1, 2, 4], batch_sizes=[1, 2],
-                              repeats=1, beam_size=4)
+                              repeats=1, beam_size=4, spin_threads=False)
     rows = nmt_bench.run_config(args, "server", "beam", 2, items, None, {}, 10.0)
     assert [(r["clients"], bool(r.get("error"))) for r in rows] == [(1, False), (2, True), (4, False)]
     assert rows[0]["texts"] == [f"TEXT {i}" for i in range(6)] and rows[0]["sentences_per_s"] == 12.0
