@@ -19,7 +19,7 @@ from typing import Any
 
 from engine.cpu import cpu_info
 
-VERSIONED = ("torch", "onnxruntime", "ctranslate2", "transformers", "optimum", "numpy", "grpcio")
+VERSIONED = ("torch", "onnxruntime", "ctranslate2", "pymarian", "transformers", "optimum", "numpy", "grpcio")
 
 
 # The matrix instructions that decide which kernels an engine runs (onnxruntime's MLAS, oneDNN,
