@@ -4,16 +4,22 @@
     python -m bench.studies.openvino_step --checkpoint models/default --package packages/default \
         --variant fp32 --beam-size 4 --batch-size 32
 
+    pip uninstall onnxruntime && pip install onnxruntime-openvino     # the execution provider instead
+    python -m bench.studies.openvino_step ... (the same)
+
 Decodes batches of the test split (as ``nmt-bench`` makes them) with the server's decoding loop
 on onnxruntime and records every encoder and decoder-step input it feeds; then runs those same
 inputs through onnxruntime and through OpenVINO's CPU plugin (the ONNX files read directly, one
 compiled model per graph, at each ``--precisions`` inference precision), alternating the two
-engines for ``--rounds`` rounds and keeping each one's fastest. Prints milliseconds per engine
+engines for ``--rounds`` rounds and keeping each one's fastest; where onnxruntime is the
+``onnxruntime-openvino`` build, also through its ``OpenVINOExecutionProvider`` (OpenVINO runs the
+nodes it supports, onnxruntime's CPU provider the rest). Prints milliseconds per engine
 and graph, the ratio, and the largest difference in log-probabilities of a decoder step from
 onnxruntime's (bf16 inference changes the numbers; f32 should not). A graph OpenVINO cannot read
 (our int8 graphs hold onnxruntime's own quantised operators) is reported in one line, not a crash.
 
-OpenVINO is not a dependency of the project: install it in the same environment to run this.
+OpenVINO is not a dependency of the project: install it (or onnxruntime-openvino, which replaces
+the onnxruntime package) in the same environment to run this.
 """
 
 from __future__ import annotations
@@ -76,6 +82,27 @@ def compile_graph(core: Any, path: str, threads: int, precision: str) -> tuple[A
         return None, (unsupported or [str(e).splitlines()[0]])[0]
 
 
+OPENVINO_EP = "OpenVINOExecutionProvider"
+
+
+def ep_session(path: str, threads: int) -> tuple[Any, str]:
+    """An onnxruntime session of an ONNX file on the OpenVINO execution provider (CPU, f32), with
+    the CPU provider for what it does not take; or None and why it could not be made."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.log_severity_level = 3
+    provider = (OPENVINO_EP, {"device_type": "CPU", "precision": "FP32", "num_of_threads": str(threads)})
+    try:
+        return ort.InferenceSession(path, opts, providers=[provider, "CPUExecutionProvider"]), ""
+    except Exception as e:  # a graph the provider rejects: the node it names, and why
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        named = [f"{line} {after}" for line, after in zip(lines, [*lines[1:], ""]) if "validating ONNX node" in line]
+        return None, (named or lines or [type(e).__name__])[0][:300]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="the checkpoint the package was exported from (its data)")
@@ -84,15 +111,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--beam-size", type=int, default=1)
-    p.add_argument("--variant", default="fp32", choices=["fp32", "int8"])
+    p.add_argument("--variant", default="fp32", choices=["fp32", "int8", "int8w8"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--precisions", default="f32,bf16", help="OpenVINO inference precisions, comma-separated")
     args = p.parse_args(argv)
+    import onnxruntime as ort
+
     try:
         import openvino as ov
     except ImportError:
-        p.error("OpenVINO is not installed here: pip install openvino")
+        ov = None
+    has_ep = OPENVINO_EP in ort.get_available_providers()
+    if ov is None and not has_ep:
+        p.error("OpenVINO is not installed here: pip install openvino (or onnxruntime-openvino for its execution "
+                "provider)")
 
     from bench.nmt_bench import checkpoint_batches
     from engine.package import ModelPackage
@@ -105,11 +138,29 @@ def main(argv: list[str] | None = None) -> int:
     rows = max(f[contract.INPUT_IDS].shape[0] for f in decoder_feeds)
     print(f"{len(items)} sentences, batch {args.batch_size}, beam {args.beam_size}, {args.variant} graphs, "
           f"{args.threads} thread(s): {len(encoder_feeds)} encoder runs, {len(decoder_feeds)} decoder steps "
-          f"(up to {rows} rows); onnxruntime {__import__('onnxruntime').__version__}, OpenVINO {ov.__version__}")
+          f"(up to {rows} rows); onnxruntime {ort.__version__}"
+          + (f", OpenVINO {ov.__version__}" if ov else "") + (f", {OPENVINO_EP}" if has_ep else ""))
 
-    core = ov.Core()
     graphs = {"encoder": (rt.encoder, encoder_feeds, contract.ENCODER),
               "decoder step": (rt.decoder, decoder_feeds, contract.DECODER)}
+    if has_ep:
+        for label, (session, feeds, graph) in graphs.items():
+            ep, why = ep_session(str(package.graph_path(graph, args.variant)), args.threads)
+            if ep is None:
+                print(f"{label:<13} {OPENVINO_EP}: cannot run the {args.variant} graph: {why}")
+                continue
+            times = fastest({"onnxruntime": lambda s=session, fs=feeds: [s.run(None, f) for f in fs],
+                             "ep": lambda s=ep, fs=feeds: [s.run(None, f) for f in fs]}, args.rounds)
+            line = (f"{label:<13} onnxruntime {1000 * times['onnxruntime']:7.0f} ms   OpenVINO EP "
+                    f"{1000 * times['ep']:7.0f} ms   onnxruntime is {times['ep'] / times['onnxruntime']:.2f}x as fast")
+            if graph == contract.DECODER:
+                probe = feeds[len(feeds) // 2]
+                ours, theirs = (s.run([contract.LOG_PROBS], probe)[0] for s in (session, ep))
+                line += f"   max |log-prob difference| {float(np.abs(ours - theirs).max()):.1e}"
+            print(line)
+    if ov is None:
+        return 0
+    core = ov.Core()
     for precision in args.precisions.split(","):
         for label, (session, feeds, graph) in graphs.items():
             request, why = compile_graph(core, str(package.graph_path(graph, args.variant)), args.threads, precision)
