@@ -50,6 +50,7 @@ for every engine (CTranslate2: intra_threads = --threads, inter_threads = 1).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -87,6 +88,9 @@ from engine.defaults import LENGTH_PENALTY, default_max_len
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = "server"
+# The peers' libraries and the extras that install them (checked before any work).
+PEER_LIBRARIES = {"ct2": ("ctranslate2", "bench"), "hf": ("transformers", "hf"), "optimum": ("optimum", "hf"),
+                  "marian": ("pymarian", "marian")}
 REFERENCE_ENGINES = ("pytorch-cache", "onnx-fp32")  # the first one run is what "same text" compares with
 ALPHA = LENGTH_PENALTY
 # Per device: what runs when --engines, --batch-sizes and --sentences are not given.
@@ -459,6 +463,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         raise UsageError(f"unknown engine(s) for {args.device}: {', '.join(unknown)}; choose from "
                          f"{', '.join(sorted(allowed))}")
+    missing = {f"{e} needs {lib} (pip install -e '.[{extra}]')" for e in args.engines
+               for family, (lib, extra) in PEER_LIBRARIES.items()
+               if e.split("-")[0] == family and importlib.util.find_spec(lib) is None}
+    if missing:
+        raise UsageError("; ".join(sorted(missing)))
     args.modes = [m.strip() for m in args.modes.split(",")]
     if set(args.modes) - {"greedy", "beam"}:
         raise UsageError("--modes takes greedy and/or beam")

@@ -340,3 +340,14 @@ def test_peak_rss_is_the_child_s_own_not_its_parent_s():
     code = "from bench.engines import peak_rss_mib; print(peak_rss_mib())"
     child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert ballast.sum() > 0 and child < 300
+
+
+def test_a_peer_whose_library_is_missing_is_a_usage_error(monkeypatch):
+    import importlib.util
+
+    from bench import nmt_bench
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pymarian" else real(name, *a))
+    with pytest.raises(UsageError, match=r"^marian-int8 needs pymarian \(pip install -e '\.\[marian\]'\)$"):
+        nmt_bench.parse_args(["--checkpoint", "x", "--package", "y", "--engines", "onnx-int8,marian-int8"])
