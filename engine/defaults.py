@@ -46,10 +46,11 @@ def length_penalty(length: int, alpha: float) -> float:
 DEVICES = ("auto", "cuda", "cpu")
 # Device-resident decoding (engine/decoding.py, ResidentBatch): auto = on CUDA only.
 RESIDENT_MODES = ("auto", "on", "off")
-# onnxruntime's intra-op threads spinning for work between runs (its own default): off. The
-# decoding loop runs numpy between every two session runs, and spinning workers take the cores
-# it needs: with 2 threads on a 2-core machine, greedy batch 1 ran at 21.6 sentences/s
-# spinning, 36.7 not (1 thread: 29.0), and no measured setting was faster spinning (fp32 and
-# int8, greedy and beam 4, batch 1 and 16; docs/BENCHMARKS.md). A server shares its cores with
-# gRPC as well.
+# onnxruntime's intra-op threads spinning for work *between* runs (its own default): off. They
+# still spin while a run has work for them (between its operators), and stop when it returns
+# (session.force_spinning_stop): the decoding loop runs numpy between every two session runs,
+# and workers spinning then take the cores it needs. With 2 threads on a 2-core machine, fp32
+# greedy batch 1 ran at 18.9 sentences/s spinning always, 32.0 never spinning, 39.9 spinning
+# within runs only (1 thread: 25.7); int8 greedy batch 16 at 107.0 / 130.5 / 187.4 (1 thread
+# 156.8) (docs/BENCHMARKS.md). A server shares its cores with gRPC as well.
 SPIN_THREADS = False

@@ -50,7 +50,7 @@ class RuntimeOptions:
     threads: int = 0  # CPU intra-op threads; 0 = onnxruntime's default
     int8: bool = False  # on the CPU, use the int8 graphs when the package has them (int8w8 where exact)
     variant: str = ""  # force one graph variant (fp32, int8, int8w8, fp16) instead of choosing by device
-    spin: bool = SPIN_THREADS  # intra-op threads spin for work between runs (engine/defaults.py: off)
+    spin: bool = SPIN_THREADS  # intra-op threads spin for work between runs too (engine/defaults.py: off)
     resident: str = "auto"  # auto (on CUDA when the package has the graphs) | on | off: engine/decoding.ResidentBatch
     # Score only the batch's vocabulary shortlist (engine/shortlist.py) when the package has one
     # for the variant in use (host-memory decoding; the resident path scores the whole vocabulary).
@@ -180,8 +180,8 @@ class Runtime:
         if options.threads:
             opts.intra_op_num_threads = options.threads
         opts.inter_op_num_threads = 1
-        if not options.spin:
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if not options.spin:  # spin within a run, stop when it returns (engine/defaults.py, SPIN_THREADS)
+            opts.add_session_config_entry("session.force_spinning_stop", "1")
         disabled = CPU_DISABLED_FUSIONS if providers == [CPU] else []
         return ort.InferenceSession(str(path), opts, providers=providers, disabled_optimizers=disabled)
 

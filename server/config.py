@@ -39,9 +39,10 @@ class ServerConfig(Settings):
     shortlist: bool = setting(True, "CPU: score only the vocabulary shortlist of each batch when the package has "
                                     "one (python -m export.shortlist_graph adds it); --no-shortlist scores every "
                                     "piece")
-    spin_threads: bool = setting(SPIN_THREADS, "CPU: let onnxruntime's threads spin waiting for work. Off by "
-                                               "default: they share the cores with the decoding loop's numpy, "
-                                               "gRPC and the event loop, and spinning threads starve those")
+    spin_threads: bool = setting(SPIN_THREADS, "CPU: let onnxruntime's threads spin waiting for work between "
+                                               "runs too. Off by default (they spin only while a run has work): "
+                                               "they share the cores with the decoding loop's numpy, gRPC and "
+                                               "the event loop, and spinning threads starve those")
     metrics_port: int = setting(9090, "port of the Prometheus exporter; -1 turns it off; 0 picks a free one")
     metrics_host: str = setting(LOCALHOST, "address the Prometheus exporter listens on (0.0.0.0: every "
                                              "interface)")

@@ -215,8 +215,11 @@ def test_newcomers_are_encoded_in_length_groups(setup):
 
 def test_spinning_is_a_session_option(tiny_package):
     package = ModelPackage.load(tiny_package)
-    default = Runtime(package, RuntimeOptions(device="cpu", threads=2))  # SPIN_THREADS: off
-    assert default.decoder.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    default = Runtime(package, RuntimeOptions(device="cpu", threads=2))  # SPIN_THREADS: not between runs
+    options = default.decoder.get_session_options()
+    assert options.get_session_config_entry("session.force_spinning_stop") == "1"
+    with pytest.raises(Exception, match="allow_spinning"):  # not set: threads spin while a run has work
+        options.get_session_config_entry("session.intra_op.allow_spinning")
     spinning = Runtime(package, RuntimeOptions(device="cpu", threads=2, spin=True))
-    with pytest.raises(Exception, match="allow_spinning"):  # not set: onnxruntime's default (spin)
-        spinning.decoder.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+    with pytest.raises(Exception, match="force_spinning_stop"):  # not set: onnxruntime's default (spin always)
+        spinning.decoder.get_session_options().get_session_config_entry("session.force_spinning_stop")
