@@ -408,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "list (1,32,64,128,256) is a sweep: one server row per count")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the engines run")
     p.add_argument("--spin-threads", action="store_true", help="let onnxruntime's intra-op threads spin for work "
-                   "between runs in the onnx engines, as nmt-serve --spin-threads does (default: they do not)")
+                   "between runs too, in the onnx engines and the server (nmt-serve --spin-threads) (default: "
+                   "offline engines spin within runs only, the server never: engine/defaults.py)")
     p.add_argument("--ct2-model", type=Path, help="where to convert the checkpoint for CTranslate2 "
                                                   "(default: beside --json; replaced every run)")
     p.add_argument("--optimum-model", type=Path, help="where to export the converted checkpoint for optimum-fp32 "

@@ -46,11 +46,16 @@ def length_penalty(length: int, alpha: float) -> float:
 DEVICES = ("auto", "cuda", "cpu")
 # Device-resident decoding (engine/decoding.py, ResidentBatch): auto = on CUDA only.
 RESIDENT_MODES = ("auto", "on", "off")
-# onnxruntime's intra-op threads spinning for work *between* runs (its own default): off. They
-# still spin while a run has work for them (between its operators), and stop when it returns
-# (session.force_spinning_stop): the decoding loop runs numpy between every two session runs,
-# and workers spinning then take the cores it needs. With 2 threads on a 2-core machine, fp32
-# greedy batch 1 ran at 18.9 sentences/s spinning always, 32.0 never spinning, 39.9 spinning
-# within runs only (1 thread: 25.7); int8 greedy batch 16 at 107.0 / 130.5 / 187.4 (1 thread
-# 156.8) (docs/BENCHMARKS.md). A server shares its cores with gRPC as well.
-SPIN_THREADS = False
+# When onnxruntime's intra-op threads spin waiting for work: "always" (onnxruntime's own
+# default: between runs too), "run" (between the operators of a run, stopping when it returns:
+# session.force_spinning_stop) or "never". Offline decoding (one process decoding batches:
+# nmt-bench's engines, nmt-bulk's actors, the studies) spins within runs: only the loop's numpy
+# runs between two runs, and workers spinning then take its core. With 2 threads on a 2-core
+# machine, fp32 greedy batch 1 ran at 18.9 sentences/s spinning always, 32.0 never, 39.9
+# within runs (1 thread: 25.7); int8 greedy batch 16 at 107.0 / 130.5 / 187.4 (156.8). A
+# server never spins: gRPC's threads and the event loop need the cores during runs as well
+# (nmt-bench's server engine, 2 threads, 8 clients, fp32: greedy batch 32 at 110.4 never
+# spinning, 71.6-87.7 within runs). docs/BENCHMARKS.md has both.
+SPIN_MODES = ("always", "run", "never")
+SPIN = "run"  # offline decoding (engine/runtime.py RuntimeOptions)
+SERVER_SPIN = "never"  # nmt-serve without --spin-threads (which spins always)

@@ -24,7 +24,7 @@ import onnxruntime as ort
 
 from engine import contract
 from engine.cpu import int8_variant
-from engine.defaults import DEVICES, RESIDENT_MODES, SPIN_THREADS
+from engine.defaults import DEVICES, RESIDENT_MODES, SPIN, SPIN_MODES
 from engine.memory import keep_freed_memory
 from engine.package import ModelPackage
 from engine.shortlist import Shortlist
@@ -50,7 +50,7 @@ class RuntimeOptions:
     threads: int = 0  # CPU intra-op threads; 0 = onnxruntime's default
     int8: bool = False  # on the CPU, use the int8 graphs when the package has them (int8w8 where exact)
     variant: str = ""  # force one graph variant (fp32, int8, int8w8, fp16) instead of choosing by device
-    spin: bool = SPIN_THREADS  # intra-op threads spin for work between runs too (engine/defaults.py: off)
+    spin: str = SPIN  # when intra-op threads spin for work: always | run | never (engine/defaults.py)
     resident: str = "auto"  # auto (on CUDA when the package has the graphs) | on | off: engine/decoding.ResidentBatch
     # Score only the batch's vocabulary shortlist (engine/shortlist.py) when the package has one
     # for the variant in use (host-memory decoding; the resident path scores the whole vocabulary).
@@ -84,6 +84,8 @@ class Runtime:
             raise ValueError(f"device {options.device!r} must be auto, cuda or cpu")
         if options.resident not in RESIDENT_MODES:
             raise ValueError(f"resident {options.resident!r} must be auto, on or off")
+        if options.spin not in SPIN_MODES:
+            raise ValueError(f"spin {options.spin!r} must be one of {', '.join(SPIN_MODES)}")
         keep_freed_memory()  # decoding reallocates large arrays all the time: engine/memory.py
         self.package = package
         self.device = "cpu"
@@ -180,8 +182,10 @@ class Runtime:
         if options.threads:
             opts.intra_op_num_threads = options.threads
         opts.inter_op_num_threads = 1
-        if not options.spin:  # spin within a run, stop when it returns (engine/defaults.py, SPIN_THREADS)
+        if options.spin == "run":  # spin between a run's operators, stop when it returns
             opts.add_session_config_entry("session.force_spinning_stop", "1")
+        elif options.spin == "never":
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         disabled = CPU_DISABLED_FUSIONS if providers == [CPU] else []
         return ort.InferenceSession(str(path), opts, providers=providers, disabled_optimizers=disabled)
 

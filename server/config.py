@@ -15,7 +15,7 @@ from cli import EXIT_FAILED, EXIT_USAGE, GRPC_PORT, LOCALHOST, MAX_CONNECTIONS, 
 from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
-from engine.defaults import DEVICES, RESIDENT_MODES, SPIN_THREADS
+from engine.defaults import DEVICES, RESIDENT_MODES
 
 SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_sentences)
 # The scheduler's limits (server/scheduler.py, SchedulerLimits), the defaults of their flags.
@@ -39,10 +39,9 @@ class ServerConfig(Settings):
     shortlist: bool = setting(True, "CPU: score only the vocabulary shortlist of each batch when the package has "
                                     "one (python -m export.shortlist_graph adds it); --no-shortlist scores every "
                                     "piece")
-    spin_threads: bool = setting(SPIN_THREADS, "CPU: let onnxruntime's threads spin waiting for work between "
-                                               "runs too. Off by default (they spin only while a run has work): "
-                                               "they share the cores with the decoding loop's numpy, gRPC and "
-                                               "the event loop, and spinning threads starve those")
+    spin_threads: bool = setting(False, "CPU: let onnxruntime's threads spin waiting for work, between runs "
+                                        "too. Off by default: they never spin, since gRPC's threads and the "
+                                        "event loop need the cores during runs as well (engine/defaults.py)")
     metrics_port: int = setting(9090, "port of the Prometheus exporter; -1 turns it off; 0 picks a free one")
     metrics_host: str = setting(LOCALHOST, "address the Prometheus exporter listens on (0.0.0.0: every "
                                              "interface)")

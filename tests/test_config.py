@@ -105,3 +105,21 @@ def test_a_model_needs_a_name_and_a_directory():
         ServerConfig(model=("=packages/default", "de=", "ok=packages/default"))
     assert str(e.value) == ("--model '=packages/default': the name before '=' is empty; give NAME=DIR, or DIR alone "
                             "(named after the directory); --model 'de=': no directory; give NAME=DIR or DIR")
+
+
+@pytest.mark.parametrize(("flag", "allow_spinning"), [(False, "0"), (True, None)])
+def test_the_server_never_spins_unless_asked(tiny_package, flag, allow_spinning):
+    """nmt-serve's sessions: threads that never spin (SERVER_SPIN), or onnxruntime's own spinning
+    with --spin-threads; never the offline engines' spinning within runs."""
+    from server.main import load_models
+    from server.metrics import Metrics
+
+    models = load_models(ServerConfig(model=(str(tiny_package),), threads=2, spin_threads=flag), Metrics())
+    options = next(iter(models.values())).scheduler.rt.decoder.get_session_options()
+    entries = {}
+    for key in ("session.intra_op.allow_spinning", "session.force_spinning_stop"):
+        try:
+            entries[key] = options.get_session_config_entry(key)
+        except Exception:  # not set
+            entries[key] = None
+    assert entries == {"session.intra_op.allow_spinning": allow_spinning, "session.force_spinning_stop": None}

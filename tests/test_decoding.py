@@ -18,7 +18,7 @@ from engine.decoding import (
     length_groups,
     whole_vectors,
 )
-from engine.defaults import BOS_ID, EOS_ID, PAD_ID, default_max_len
+from engine.defaults import BOS_ID, EOS_ID, PAD_ID, SERVER_SPIN, default_max_len
 from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
 from tests.server_harness import TEXTS
@@ -215,11 +215,21 @@ def test_newcomers_are_encoded_in_length_groups(setup):
 
 def test_spinning_is_a_session_option(tiny_package):
     package = ModelPackage.load(tiny_package)
-    default = Runtime(package, RuntimeOptions(device="cpu", threads=2))  # SPIN_THREADS: not between runs
-    options = default.decoder.get_session_options()
-    assert options.get_session_config_entry("session.force_spinning_stop") == "1"
-    with pytest.raises(Exception, match="allow_spinning"):  # not set: threads spin while a run has work
-        options.get_session_config_entry("session.intra_op.allow_spinning")
-    spinning = Runtime(package, RuntimeOptions(device="cpu", threads=2, spin=True))
-    with pytest.raises(Exception, match="force_spinning_stop"):  # not set: onnxruntime's default (spin always)
-        spinning.decoder.get_session_options().get_session_config_entry("session.force_spinning_stop")
+
+    def entry(runtime, key):
+        try:
+            return runtime.decoder.get_session_options().get_session_config_entry(key)
+        except Exception:  # not set: onnxruntime's default (spin, between runs too)
+            return None
+
+    within = Runtime(package, RuntimeOptions(device="cpu", threads=2))  # SPIN: offline decoding spins within runs
+    assert (entry(within, "session.force_spinning_stop"), entry(within, "session.intra_op.allow_spinning")) == (
+        "1", None)
+    never = Runtime(package, RuntimeOptions(device="cpu", threads=2, spin=SERVER_SPIN))
+    assert (entry(never, "session.force_spinning_stop"), entry(never, "session.intra_op.allow_spinning")) == (
+        None, "0")
+    always = Runtime(package, RuntimeOptions(device="cpu", threads=2, spin="always"))
+    assert (entry(always, "session.force_spinning_stop"), entry(always, "session.intra_op.allow_spinning")) == (
+        None, None)
+    with pytest.raises(ValueError, match="spin 'sometimes' must be one of always, run, never"):
+        Runtime(package, RuntimeOptions(device="cpu", spin="sometimes"))
