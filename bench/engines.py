@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.defaults import SPIN, default_max_len
+from engine.defaults import SPIN, SPIN_ASKED, default_max_len
 
 Decoder = Callable[[list[list[int]]], list[list[int]]]  # sources (tag + pieces + eos) -> output ids
 
@@ -139,7 +139,7 @@ def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     rt = Runtime(ModelPackage.load(work["package"]),
                  RuntimeOptions(device=work["device"], threads=work["threads"], variant="" if int8 else variant,
                                 int8=int8, resident=resident, shortlist=shortlist,
-                                spin="always" if work.get("spin_threads") else SPIN))
+                                spin=SPIN_ASKED if work.get("spin_threads") else SPIN))
     if rt.device != work["device"]:
         raise RuntimeError(f"onnxruntime runs on {rt.device}, not {work['device']} (providers {rt.providers})")
     if shortlist and rt.shortlist is None:

@@ -58,4 +58,5 @@ RESIDENT_MODES = ("auto", "on", "off")
 # spinning, 71.6-87.7 within runs). docs/BENCHMARKS.md has both.
 SPIN_MODES = ("always", "run", "never")
 SPIN = "run"  # offline decoding (engine/runtime.py RuntimeOptions)
-SERVER_SPIN = "never"  # nmt-serve without --spin-threads (which spins always)
+SERVER_SPIN = "never"  # nmt-serve without --spin-threads
+SPIN_ASKED = "always"  # --spin-threads (nmt-serve, nmt-bench)

@@ -27,7 +27,7 @@ from grpc_reflection.v1alpha import reflection
 
 from cli import EXIT_FAILED, EXIT_USAGE, parse_direction
 from engine.decoding import DecodeOptions, Job, StopReason, decode_all
-from engine.defaults import SERVER_SPIN, default_max_len
+from engine.defaults import SERVER_SPIN, SPIN_ASKED, default_max_len
 from engine.package import ModelPackage, PackageError
 from engine.runtime import DeviceError, Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
@@ -83,7 +83,7 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
             raise ValueError(f"two models are named {name!r}; name them with NAME=DIR")
         package = ModelPackage.load(directory)
         try:
-            spin = "always" if cfg.spin_threads else SERVER_SPIN
+            spin = SPIN_ASKED if cfg.spin_threads else SERVER_SPIN
             runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=spin,
                                                       resident=cfg.device_resident, shortlist=cfg.shortlist))
             tokenizer = package.load_tokenizer()

@@ -18,12 +18,11 @@ from bench.peers.marian_convert import (
     VOCAB_FILE,
     convert,
     marian_config,
-    run_marian,
     sine_first,
     translator,
     validate,
 )
-from bench.studies.marian_parity import marian_word_scores, token_scores
+from bench.studies.marian_parity import marian_runs, token_scores
 from training import checkpoint as ckpt_io
 from training.config import RunConfig
 from training.model import Transformer
@@ -54,19 +53,8 @@ def run(checkpoint, out_dir, texts, target="de"):
     out = convert(checkpoint, out_dir)
     sources = [tok.encode_source(t, target) for t in texts]
     ours = [greedy_search(model, torch.tensor([s]))[0].tokens for s in sources]
-    piece = tok.sp.id_to_piece
-    (out_dir / "src.txt").write_text("".join(" ".join(map(piece, s[:-1])) + "\n" for s in sources))
-    (out_dir / "ours.txt").write_text("".join(" ".join(map(piece, o)) + "\n" for o in ours))
-    model_file, vocab = str(out / MODEL_FILE), str(out / VOCAB_FILE)
-    run_marian(["score", "-m", model_file, "-v", vocab, vocab, "-t", str(out_dir / "src.txt"),
-                str(out_dir / "ours.txt"), "--word-scores", "--cpu-threads", "1", "--quiet",
-                "-o", str(out_dir / "scores.txt")])
-    run_marian(["decode", "-m", model_file, "-v", vocab, vocab, "-i", str(out_dir / "src.txt"), "--beam-size", "1",
-                "--word-scores", "--cpu-threads", "1", "--quiet", "-o", str(out_dir / "marian.txt")])
-    lines = (out_dir / "marian.txt").read_text().splitlines()
-    marian = [[tok.sp.piece_to_id(p) for p in line.split("|||")[0].split()] for line in lines]
-    return (model, sources, ours, marian_word_scores((out_dir / "scores.txt").read_text()), marian,
-            marian_word_scores("\n".join(lines)))
+    scored, marian, decoded = marian_runs(out, out_dir, tok, sources, ours)
+    return model, sources, ours, scored, marian, decoded
 
 
 @pytest.mark.parametrize("layout", ["post-LN trained", "pre-LN random"])

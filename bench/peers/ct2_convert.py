@@ -25,8 +25,6 @@ export/ or server/ imports it. The mapping, layer by layer:
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from ctranslate2.converters import Converter
 from ctranslate2.converters.utils import fuse_linear
 from ctranslate2.specs import common_spec, transformer_spec
 
+from bench.peers import converter_parser, run_converter
 from training import checkpoint as ckpt_io
 from training.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, RunConfig
 from training.tokenizer import Tokenizer
@@ -190,20 +189,11 @@ def convert(checkpoint: str | Path, out_dir: str | Path, quantization: str | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a checkpoint file or a run directory (its average.pt, else its last step)")
-    p.add_argument("out_dir")
+    p = converter_parser(__doc__, "where to write the CTranslate2 model")
     p.add_argument("--quantization", help="weights stored as int8, float16, ... (default: as trained, float32)")
-    p.add_argument("--force", action="store_true", help="replace out_dir if it exists")
     args = p.parse_args(argv)
-    try:
-        out = convert(args.checkpoint, args.out_dir, args.quantization, args.force)
-    except (RuntimeError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"CTranslate2 model written to {out}")
-    return 0
-
+    return run_converter(lambda: convert(args.checkpoint, args.out_dir, args.quantization, args.force),
+                         "CTranslate2 model")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -56,10 +56,8 @@ Where Transformers does not compute our function exactly:
 
 from __future__ import annotations
 
-import argparse
 import math
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +65,7 @@ import torch
 from transformers import GenerationConfig, M2M100Config, M2M100ForConditionalGeneration, MarianConfig, MarianMTModel
 from transformers.modeling_utils import PreTrainedModel
 
+from bench.peers import converter_parser, run_converter
 from export.hf_import import layer_map
 from training import checkpoint as ckpt_io
 from training.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig, RunConfig
@@ -192,20 +191,9 @@ def export_optimum(model: PreTrainedModel, out_dir: str | Path, force: bool = Fa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="a checkpoint file or a run directory (its average.pt, else its last step)")
-    p.add_argument("out_dir", help="where to write the Optimum ONNX export")
-    p.add_argument("--force", action="store_true", help="replace out_dir if it exists")
-    args = p.parse_args(argv)
-    try:
-        model, _ = load(args.checkpoint)
-        out = export_optimum(model, args.out_dir, args.force)
-    except (RuntimeError, ValueError, FileNotFoundError, FileExistsError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"Optimum ONNX export written to {out}")
-    return 0
-
+    args = converter_parser(__doc__, "where to write the Optimum ONNX export").parse_args(argv)
+    return run_converter(lambda: export_optimum(load(args.checkpoint)[0], args.out_dir, args.force),
+                         "Optimum ONNX export")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -47,14 +47,13 @@ greedy texts identical, BLEU 0.14 against our 35.10, outputs 3.3x as long).
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.peers import converter_parser, run_converter
 from training import checkpoint as ckpt_io
 from training.config import EOS_ID, PAD_ID, UNK_ID, ModelConfig, RunConfig
 
@@ -66,7 +65,8 @@ MARIAN_PIECES = {EOS_ID: "</s>", UNK_ID: "<unk>"}  # the pieces Marian's vocabul
 
 
 def marian_config(m: ModelConfig) -> dict[str, Any]:
-    """``special:model.yml``: the architecture, in Marian's option names."""
+    """``special:model.yml``: the architecture, in Marian's option names (our activations,
+    training/config.py ACTIVATIONS, are named as Marian names them)."""
     return {
         "type": "transformer", "dim-emb": m.d_model, "enc-depth": m.n_encoder_layers, "dec-depth": m.n_decoder_layers,
         "transformer-heads": m.n_heads, "transformer-dim-ffn": m.d_ff, "transformer-ffn-depth": 2,
@@ -86,8 +86,6 @@ def validate(m: ModelConfig, weights: dict[str, np.ndarray], pieces: list[str]) 
         problems.append(f"positions {m.positions!r}: Marian only adds its own sinusoids")
     if m.d_model % 2:
         problems.append(f"d_model {m.d_model} is odd: no sine/cosine halves")
-    if m.activation not in ("relu", "gelu", "swish"):
-        problems.append(f"activation {m.activation!r} is not one of Marian's")
     if m.output_bias:
         problems.append("the output layer has a bias: Marian's tied output layer is written with zeros")
     if weights.get("embedding.weight") is None or weights["embedding.weight"].shape != (m.vocab_size, m.d_model):
@@ -165,7 +163,7 @@ def convert(checkpoint: str | Path, out_dir: str | Path, int8: bool = False, for
     """Write ``model.npz`` and ``vocab.json`` (and ``model.intgemm8.bin`` with ``int8``) into ``out_dir``."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not force:
-        raise FileExistsError(f"{out} is not empty (force=True replaces it)")
+        raise FileExistsError(f"{out} is not empty (use --force to replace it)")
     ckpt = ckpt_io.load(ckpt_io.resolve(checkpoint))
     cfg = RunConfig.from_dict(ckpt["config"])
     weights = {k: v.float().numpy() for k, v in ckpt["model"].items()}
@@ -198,20 +196,11 @@ def translator(model_dir: str | Path, variant: str, threads: int, beam_size: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.peers.marian_convert", description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", help="checkpoint file or run directory")
-    p.add_argument("out_dir", help="directory to write model.npz and vocab.json into")
+    p = converter_parser(__doc__, f"where to write {MODEL_FILE} and {VOCAB_FILE}")
     p.add_argument("--int8", action="store_true", help=f"also write Marian's 8-bit model ({INT8_FILE})")
-    p.add_argument("--force", action="store_true", help="replace a non-empty out_dir")
     args = p.parse_args(argv)
-    try:
-        out = convert(args.checkpoint, args.out_dir, int8=args.int8, force=args.force)
-    except (ValueError, FileExistsError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {out}")
-    return 0
-
+    return run_converter(lambda: convert(args.checkpoint, args.out_dir, int8=args.int8, force=args.force),
+                         "Marian model")
 
 if __name__ == "__main__":
     raise SystemExit(main())

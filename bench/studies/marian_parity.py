@@ -25,6 +25,7 @@ import math
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from torch import Tensor
 
 from bench.nmt_bench import checkpoint_batches
 from bench.peers.marian_convert import MODEL_FILE, VOCAB_FILE, convert, run_marian
+from engine.defaults import OUTPUT_SLOPE
 from training import checkpoint as ckpt_io
 from training.config import BOS_ID, EOS_ID
 from training.decode import greedy_search
@@ -99,6 +101,25 @@ def marian_word_scores(text: str) -> list[np.ndarray]:
     return [np.array([float(s) for s in line.split("WordScores=")[1].split()]) for line in text.splitlines() if line]
 
 
+def marian_runs(model_dir: Path, work: Path, tokenizer: Any, sources: list[list[int]], ours: list[list[int]]
+                ) -> tuple[list[np.ndarray], list[list[int]], list[np.ndarray]]:
+    """Marian on a converted model (``model_dir``), files in ``work``: its teacher-forced scores of
+    ``ours`` (each token and eos), its greedy outputs of ``sources`` (tag + pieces + eos) and its
+    scores of those as it decoded them."""
+    piece = tokenizer.sp.id_to_piece
+    src, forced, scores, decoded = (work / f"{n}.txt" for n in ("src", "ours", "scores", "marian"))
+    src.write_text("".join(" ".join(map(piece, s[:-1])) + "\n" for s in sources))  # Marian appends eos
+    forced.write_text("".join(" ".join(map(piece, o)) + "\n" for o in ours))
+    model = ["-m", str(model_dir / MODEL_FILE), "-v", str(model_dir / VOCAB_FILE), str(model_dir / VOCAB_FILE),
+             "--word-scores", "--cpu-threads", "1", "--quiet"]
+    run_marian(["score", *model, "-t", str(src), str(forced), "-o", str(scores)])
+    run_marian(["decode", *model, "-i", str(src), "--beam-size", "1", "--max-length-factor", str(OUTPUT_SLOPE),
+                "-o", str(decoded)])
+    lines = decoded.read_text().splitlines()
+    outputs = [[tokenizer.sp.piece_to_id(t) for t in line.split("|||")[0].split()] for line in lines]
+    return marian_word_scores(scores.read_text()), outputs, marian_word_scores("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.studies.marian_parity", description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", default="models/default", help="checkpoint file or run directory")
@@ -112,23 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     _, tokenizer, items, _ = checkpoint_batches(args.checkpoint, 1, args.sentences, file=args.input,
                                                 one_direction=args.input is not None)
+    ours = [greedy_search(model, torch.tensor([it.ids]))[0].tokens for it in items]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         out_dir = convert(args.checkpoint, args.marian_model or work / "marian", force=True)
-        ours = [greedy_search(model, torch.tensor([it.ids]))[0].tokens for it in items]
-        piece = tokenizer.sp.id_to_piece
-        (work / "src.txt").write_text("".join(" ".join(map(piece, it.ids[:-1])) + "\n" for it in items))
-        (work / "ours.txt").write_text("".join(" ".join(map(piece, o)) + "\n" for o in ours))
-        vocab, model_file = str(out_dir / VOCAB_FILE), str(out_dir / MODEL_FILE)
-        run_marian(["score", "-m", model_file, "-v", vocab, vocab, "-t", str(work / "src.txt"), str(work / "ours.txt"),
-                    "--word-scores", "--cpu-threads", "1", "--quiet", "-o", str(work / "scores.txt")])
-        scored = marian_word_scores((work / "scores.txt").read_text())
-        run_marian(["decode", "-m", model_file, "-v", vocab, vocab, "-i", str(work / "src.txt"), "--beam-size", "1",
-                    "--word-scores", "--cpu-threads", "1", "--quiet", "--max-length-factor", "3",
-                    "-o", str(work / "marian.txt")])
-        decoded_text = (work / "marian.txt").read_text().splitlines()
-    decoded_scores = marian_word_scores("\n".join(decoded_text))
-    marian_ids = [[tokenizer.sp.piece_to_id(t) for t in line.split("|||")[0].split()] for line in decoded_text]
+        scored, marian_ids, decoded_scores = marian_runs(out_dir, work, tokenizer, [it.ids for it in items], ours)
     forced = max(float(np.abs(token_scores(model, it.ids, o, marian=True) - s).max())
                  for it, o, s in zip(items, ours, scored))
     unchanged = float(np.mean([np.abs(token_scores(model, it.ids, o, marian=False) - s).mean()
