@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.decoding import DecodeOptions, Job, decode_all
+from engine.decoding import DecodeOptions, Job, decode_all, whole_vectors
 from engine.defaults import default_max_len
 from engine.package import ModelPackage
 from engine.runtime import CPU_DISABLED_FUSIONS, Runtime, RuntimeOptions
@@ -119,11 +119,24 @@ def test_int8_output_does_not_depend_on_the_rest_of_the_batch(tiny_package, tiny
     assert not changed, f"(seed, text) decoded differently inside a batch than alone: {changed}"
 
 
+def whole_sources(mask: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray]
+                  ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """A step's source mask (B, S) and cross keys (B, H, Dh, S) / values (B, H, S, Dh), widened
+    with zeros (masked) to a whole number of vectors, as Batch lays them out."""
+    pad = whole_vectors(mask.shape[1]) - mask.shape[1]
+    return (np.pad(mask, ((0, 0), (0, pad))), [np.pad(k, ((0, 0), (0, 0), (0, 0), (0, pad))) for k in keys],
+            [np.pad(v, ((0, 0), (0, 0), (0, pad), (0, 0))) for v in values])
+
+
 @pytest.mark.parametrize("variant", ["int8", "int8w8"])
 def test_int8_encoder_and_decoder_rows_are_bit_identical_in_any_batch(tiny_package, tiny_checkpoint, variant):
     """Each row's encoder outputs (alone and unpadded vs padded in a batch) and decoder-step
-    outputs are the same bits. (fp32 is not held to this: its float products of one row and
-    of many rows take different kernels, which differ in the last bits of the decoder step.)"""
+    outputs are the same bits. The step reads the sources over whole vectors of columns, zeros
+    and masked past each source, as the running batch lays them out (engine/decoding.py,
+    VECTOR_COLUMNS): over a ragged width the attention's last partial vector takes other
+    instructions, and on an Intel Xeon with AMX a row's log-probabilities then moved in the last
+    bit. (fp32 is not held to this: its float products of one row and of many rows take
+    different kernels, which differ in the last bits of the decoder step.)"""
     tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
     sources = [tok.encode_source(text, target) for text, target in _texts()]
     rt = Runtime(ModelPackage.load(tiny_package), RuntimeOptions("cpu", 1, variant=variant))
@@ -135,8 +148,9 @@ def test_int8_encoder_and_decoder_rows_are_bit_identical_in_any_batch(tiny_packa
     layers = range(rt.n_layers)
     rows = len(sources)
     tokens = np.arange(10, 10 + rows, dtype=np.int64)[:, None]  # a different input token per row
-    log_probs, new_k, new_v, _ = rt.step(tokens, np.zeros((rows, 1), np.int64), np.zeros((rows, 0), bool), src != 0,
-                                         cross_k, cross_v, [rt.cache(rows, 0, keys=True) for _ in layers],
+    log_probs, new_k, new_v, _ = rt.step(tokens, np.zeros((rows, 1), np.int64), np.zeros((rows, 0), bool),
+                                         *whole_sources(src != 0, cross_k, cross_v),
+                                         [rt.cache(rows, 0, keys=True) for _ in layers],
                                          [rt.cache(rows, 0) for _ in layers])
     for i, s in enumerate(sources):
         one = np.array([s], np.int64)  # alone and unpadded
@@ -145,7 +159,7 @@ def test_int8_encoder_and_decoder_rows_are_bit_identical_in_any_batch(tiny_packa
         assert all(np.array_equal(a[0], b[i, ..., :n]) for a, b in zip(k1, cross_k))  # keys (H, Dh, S)
         assert all(np.array_equal(a[0], b[i, :, :n]) for a, b in zip(v1, cross_v))  # values (H, S, Dh)
         empty_k, empty_v = [rt.cache(1, 0, keys=True) for _ in layers], [rt.cache(1, 0) for _ in layers]
-        lp1, nk1, nv1, _ = rt.step(tokens[i:i + 1], np.zeros((1, 1), np.int64), np.zeros((1, 0), bool), one != 0,
-                                   k1, v1, empty_k, empty_v)
+        lp1, nk1, nv1, _ = rt.step(tokens[i:i + 1], np.zeros((1, 1), np.int64), np.zeros((1, 0), bool),
+                                   *whole_sources(one != 0, k1, v1), empty_k, empty_v)
         assert np.array_equal(lp1[0], log_probs[i])
         assert all(np.array_equal(a[0], b[i]) for a, b in zip(nk1 + nv1, new_k + new_v))
