@@ -75,6 +75,7 @@ class RunningServer:
 
 def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
     models: dict[str, LoadedModel] = {}
+    spin = SPIN_ASKED if cfg.spin_threads else SERVER_SPIN
     for spec in cfg.model:
         name, sep, directory = spec.partition("=")
         if not sep:
@@ -83,7 +84,6 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
             raise ValueError(f"two models are named {name!r}; name them with NAME=DIR")
         package = ModelPackage.load(directory)
         try:
-            spin = SPIN_ASKED if cfg.spin_threads else SERVER_SPIN
             runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=spin,
                                                       resident=cfg.device_resident, shortlist=cfg.shortlist))
             tokenizer = package.load_tokenizer()

@@ -16,6 +16,15 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.config import ServerConfig
 from server.main import RunningServer, build_server
 
+
+def session_entry(session, key: str) -> str | None:
+    """A session's config entry (spinning, ...), or None where it is not set (onnxruntime raises)."""
+    try:
+        return session.get_session_options().get_session_config_entry(key)
+    except Exception:  # not set: onnxruntime's default
+        return None
+
+
 # Sentences of different lengths; the last one has characters the tiny vocabulary lacks.
 TEXTS = [
     "Jesus wept.",

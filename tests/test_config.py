@@ -113,13 +113,10 @@ def test_the_server_never_spins_unless_asked(tiny_package, flag, allow_spinning)
     with --spin-threads; never the offline engines' spinning within runs."""
     from server.main import load_models
     from server.metrics import Metrics
+    from tests.server_harness import session_entry
 
     models = load_models(ServerConfig(model=(str(tiny_package),), threads=2, spin_threads=flag), Metrics())
-    options = next(iter(models.values())).scheduler.rt.decoder.get_session_options()
-    entries = {}
-    for key in ("session.intra_op.allow_spinning", "session.force_spinning_stop"):
-        try:
-            entries[key] = options.get_session_config_entry(key)
-        except Exception:  # not set
-            entries[key] = None
+    decoder = next(iter(models.values())).scheduler.rt.decoder
+    entries = {key: session_entry(decoder, key)
+               for key in ("session.intra_op.allow_spinning", "session.force_spinning_stop")}
     assert entries == {"session.intra_op.allow_spinning": allow_spinning, "session.force_spinning_stop": None}

@@ -21,7 +21,7 @@ from engine.decoding import (
 from engine.defaults import BOS_ID, EOS_ID, PAD_ID, SERVER_SPIN, default_max_len
 from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
-from tests.server_harness import TEXTS
+from tests.server_harness import TEXTS, session_entry
 from training import checkpoint as ckpt_io
 from training.decode import beam_search, greedy_search
 
@@ -216,11 +216,8 @@ def test_newcomers_are_encoded_in_length_groups(setup):
 def test_spinning_is_a_session_option(tiny_package):
     package = ModelPackage.load(tiny_package)
 
-    def entry(runtime, key):
-        try:
-            return runtime.decoder.get_session_options().get_session_config_entry(key)
-        except Exception:  # not set: onnxruntime's default (spin, between runs too)
-            return None
+    def entry(runtime, key):  # not set: onnxruntime's default (spin, between runs too)
+        return session_entry(runtime.decoder, key)
 
     within = Runtime(package, RuntimeOptions(device="cpu", threads=2))  # SPIN: offline decoding spins within runs
     assert (entry(within, "session.force_spinning_stop"), entry(within, "session.intra_op.allow_spinning")) == (

@@ -51,7 +51,7 @@ def test_nmt_bench_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
                if r["mode"] == "greedy" and not r["engine"].endswith("int8"))
     assert [r["clients"] for r in rows if r["engine"] == "server"] == [2] * 4
     assert result["machine"]["cores"] and result["machine"]["versions"]["ctranslate2"]
-    assert result["spin_threads"] is False  # engine/defaults.py SPIN_THREADS, as nmt-serve runs
+    assert result["spin_threads"] is False  # the defaults: engine/defaults.py SPIN and SERVER_SPIN
     md = out.with_suffix(".md").read_text()
     assert chart.stat().st_size > 0 and md.startswith("| engine | mode | batch | clients |")
     assert "by concurrent clients" not in md and "GPU targets" not in md  # one client count, a CPU run

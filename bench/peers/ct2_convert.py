@@ -195,5 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_converter(lambda: convert(args.checkpoint, args.out_dir, args.quantization, args.force),
                          "CTranslate2 model")
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -195,5 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_converter(lambda: export_optimum(load(args.checkpoint)[0], args.out_dir, args.force),
                          "Optimum ONNX export")
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

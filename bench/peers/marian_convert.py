@@ -202,5 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_converter(lambda: convert(args.checkpoint, args.out_dir, int8=args.int8, force=args.force),
                          "Marian model")
 
+
 if __name__ == "__main__":
     raise SystemExit(main())
