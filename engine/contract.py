@@ -16,7 +16,9 @@ Decoder step:
           positions int64[B,1] (the new token's position in its target)
           past_mask bool[B,P]  (True where a cached slot is real)
           src_mask  bool[B,S]  (True where a source position is real)
-          cross_k_i float[B,H,Dh,S], cross_v_i float[B,H,S,Dh]
+          cross_k_i float[C,H,Dh,S], cross_v_i float[C,H,S,Dh]: C sources, C divides B, and row
+                    r reads source r // (B / C) (a beam-search job's beams share one; C = B
+                    when every row has its own)
           past_k_i  float[B,H,Dh,P], past_v_i  float[B,H,P,Dh] (P may be 0)
           -> log_probs float[B,V] (the next token's log-probabilities),
              new_k_i float[B,H,Dh,1], new_v_i float[B,H,1,Dh] (the new token's keys and values),
@@ -36,7 +38,7 @@ Step:     input_ids, positions, past_mask, src_mask as above,
           reorder int64[B] (row i continues the cache of row reorder[i]),
           scores float32[B] (each row's running score; 0 for greedy rows),
           ban_eos bool[B] (rows that may not end yet), top_k bool[K] (only its length K is read),
-          cross_k_i, cross_v_i, cache_k_i float[B,H,Dh,P], cache_v_i float[B,H,P,Dh]
+          cross_k_i, cross_v_i (one per row: C = B), cache_k_i float[B,H,Dh,P], cache_v_i float[B,H,P,Dh]
           -> top_values float32[B,K] (score + log-probability, best first), top_ids int64[B,K],
              cross_attention float[B,S], next_cache_k_i [B,H,Dh,P+1], next_cache_v_i [B,H,P+1,Dh]
              (the reordered cache with the new token's keys/values as its last slot).
@@ -58,7 +60,9 @@ Step:     the decoder step's inputs, the table's outputs and vocab_mask bool[B,V
 from __future__ import annotations
 
 PACKAGE_FORMAT = "nmt-model-package"
-PACKAGE_VERSION = 3  # 2: one cache tensor per layer, the step returns only the new keys/values; 3: keys transposed
+# 2: one cache tensor per layer, the step returns only the new keys/values; 3: keys transposed;
+# 4: the decoder step reads cross keys/values shared by groups of rows (C sources for B rows)
+PACKAGE_VERSION = 4
 MANIFEST = "model.json"
 TOKENIZER = "tokenizer.model"  # the SentencePiece model of packages nmt-export writes
 # An imported model's tokenizer (engine/tokenizer.py, kind "pieces"): SentencePiece models that cut the

@@ -8,9 +8,13 @@ different lengths share one step. Jobs join between steps (after one encoder run
 and leave when finished, cancelled or expired. The cache is a preallocated buffer the
 step graph only reads; the loop writes each step's new keys and values into it in place.
 
-Beams of one job share their source's cross-attention keys/values: those are laid out
-once per row when the job joins. When beams are re-ranked, each new beam moves into its
-parent's row; only a parent's second child copies its self-attention cache. The search
+Beams of one job share their source's cross-attention keys/values: when every job in the
+batch has the same beam size k, the buffers hold one copy per job and its k rows read it
+(the step graph broadcasts a source over its group of rows; engine/contract.py), so beam
+search reads a source once a step instead of k times; a batch that mixes beam sizes holds
+one copy per row. Either way every row computes the same values. When beams are re-ranked,
+each new beam moves into its parent's row; only a parent's second child copies its
+self-attention cache. The search
 itself mirrors ``training/decode.py`` step for step (the reference the tests hold it
 to), so a text decoded in any batch gives the tokens it gets alone.
 """
@@ -298,7 +302,10 @@ class Batch:
     Per decoder layer the batch owns key and value buffers over cache slots and the sources'
     cross-attention keys and values over source positions (keys transposed, (rows, H, Dh,
     positions), values (rows, H, positions, Dh); engine/contract.py), with masks over slots
-    and source positions. Rows ``0 .. n-1`` are in use, densely: a leaving job's rows are
+    and source positions (per row). The sources' buffers hold one source per ``group`` rows:
+    the beam size when every job has the same one (a job's rows are then one aligned block,
+    and stay one, as rows move in blocks), else 1, until the batch is empty again. Rows
+    ``0 .. n-1`` are in use, densely: a leaving job's rows are
     refilled with the last rows (copying a few rows, never the batch), so each step hands
     onnxruntime contiguous views of exactly the live rows and nothing is copied per step.
     The graph reads cache slots as a set (positions are inputs), but this batch writes each
@@ -320,6 +327,7 @@ class Batch:
         self.jobs: list[Job] = []
         self.rows_of: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
         self.n = 0  # rows in use: 0 .. n-1
+        self.group = 1  # rows per source in the cross-attention buffers: row r reads source r // group
         self._alloc(0, 0, 0)
         # With a shortlist (runtime.shortlist): each job's allowed target ids, their union (the
         # columns a step scores, sorted) and which of them each row may use (its own job's).
@@ -381,8 +389,9 @@ class Batch:
     def _new_cross(self, rows: int, width: int) -> None:
         width = whole_vectors(width)
         layers = range(self.rt.n_layers)
-        self.cross_k = [self.rt.cache(rows, width, keys=True) for _ in layers]
-        self.cross_v = [self.rt.cache(rows, width) for _ in layers]
+        sources = -(-rows // self.group)
+        self.cross_k = [self.rt.cache(sources, width, keys=True) for _ in layers]
+        self.cross_v = [self.rt.cache(sources, width) for _ in layers]
         self.src_mask = np.zeros((rows, width), dtype=bool)
 
     def _cache_columns(self) -> list[np.ndarray]:
@@ -390,7 +399,7 @@ class Batch:
         return by_position(self.past_k, self.past_v)
 
     def _cross_columns(self) -> list[np.ndarray]:
-        """Every cross-attention key and value buffer as a (rows, H, S, Dh) view."""
+        """Every cross-attention key and value buffer as a (sources, H, S, Dh) view."""
         return by_position(self.cross_k, self.cross_v)
 
     @property
@@ -419,15 +428,35 @@ class Batch:
         """New cross-attention buffers of ``rows`` x ``width`` source positions, the live
         rows copied over (their first ``width`` positions)."""
         n, old, old_src = self.n, self._cross_columns(), self.src_mask
-        w = min(width, old_src.shape[1])
+        w, used = min(width, old_src.shape[1]), self.n // self.group
         self._new_cross(rows, width)
-        for new, buf in zip(self._cross_columns(), old):  # (rows, H, S, Dh)
-            new[:n, :, :w] = buf[:n, :, :w]
+        for new, buf in zip(self._cross_columns(), old):  # (sources, H, S, Dh)
+            new[:used, :, :w] = buf[:used, :, :w]
         self.src_mask[:n, :w] = old_src[:n, :w]
 
+    def _set_group(self, ks: set[int]) -> None:
+        """The sources' layout for jobs of beam sizes ``ks`` joining: grouped by the beam size
+        when the batch is empty and they share one; one source per row (the live sources
+        repeated) when a job of another size joins a grouped batch."""
+        g = self.group
+        if self.n == 0:
+            self.group = ks.pop() if len(ks) == 1 else 1
+            rows, _, width = self.capacity
+            self._new_cross(rows, width)
+        elif g > 1 and ks != {g}:
+            n, old, old_src = self.n, self._cross_columns(), self.src_mask
+            rows, _, width = self.capacity
+            self.group = 1
+            self._new_cross(rows, width)
+            for new, buf in zip(self._cross_columns(), old):  # (sources, H, S, Dh)
+                new[:n] = np.repeat(buf[:n // g], g, axis=0)
+            self.src_mask = old_src
+
     def add(self, groups: list[Encoded]) -> None:
-        """Jobs join with one encoder output row each (from one or more encoder runs); every
-        beam row gets its source's keys/values. The buffers grow at most once per call."""
+        """Jobs join with one encoder output row each (from one or more encoder runs): its
+        source's keys/values, once per job or once per row (``group``). The buffers grow at
+        most once per call."""
+        self._set_group({j.k for g in groups for j in g.jobs})
         needed = self.n + sum(j.k for g in groups for j in g.jobs)
         widest = max(g.src_mask.shape[1] for g in groups)
         capacity, slots, width = self.capacity
@@ -442,10 +471,13 @@ class Batch:
             ks = [j.k for j in jobs]
             rows = slice(n, n + sum(ks))  # the newcomers' rows, beams of one job next to each other
             per_job = np.repeat(np.arange(len(jobs)), ks)
-            source = enc_rows[per_job]  # each new row's row of the encoder output
-            for buf, enc in zip(self._cross_columns(), by_position(cross_k, cross_v)):  # (rows, H, S, Dh)
-                buf[rows, :, :s] = enc[source]
-                buf[rows, :, s:] = 0
+            # Each new source's row of the encoder output: one per job when grouped (each job
+            # then has ``group`` rows), else one per row.
+            source = enc_rows if self.group > 1 else enc_rows[per_job]
+            first = n // self.group
+            for buf, enc in zip(self._cross_columns(), by_position(cross_k, cross_v)):  # (sources, H, S, Dh)
+                buf[first:first + len(source), :, :s] = enc[source]
+                buf[first:first + len(source), :, s:] = 0
             self.src_mask[rows] = False
             self.src_mask[rows, :s] = src_mask[per_job]
             self.past_mask[rows] = False  # the new rows see none of the cache before them
@@ -470,9 +502,12 @@ class Batch:
         left = set(holes.tolist())
         sources = np.array([r for r in range(n, self.n) if r not in left], dtype=np.int64)  # live rows past the new end
         if len(targets):
-            moving = (*self.past_k, *self.past_v, *self.cross_k, *self.cross_v, self.past_mask, self.src_mask)
+            moving = (*self.past_k, *self.past_v, self.past_mask, self.src_mask)
             for buf in (*moving, *((self.vocab_mask,) if self.vocab is not None else ())):
                 buf[targets] = buf[sources]
+            g = self.group  # grouped: holes and movers are whole blocks of g rows, in order
+            for buf in (*self.cross_k, *self.cross_v):
+                buf[targets[::g] // g] = buf[sources[::g] // g]
             moved = dict(zip(sources.tolist(), targets.tolist()))
             for j in self.jobs:
                 rows = self.rows_of[j.id]
@@ -513,8 +548,8 @@ class Batch:
         self._fit_slots((shared if shared is not None else int(at.max())) + 1)
         ids = self.vocab  # the columns' tokens with a shortlist; None: column j is token j
         log_probs, new_k, new_v, attention = self.rt.step(
-            input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n] for c in self.cross_k],
-            [c[:n] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v],
+            input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n // self.group] for c in self.cross_k],
+            [c[:n // self.group] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v],
             None if ids is None else (ids, self.vocab_mask[:n]))
         for buf, new in zip(self.past_k, new_k):  # (rows, H, Dh, slots) <- (n, H, Dh, 1)
             buf[rows, :, :, at] = new[:, :, :, 0]
@@ -551,10 +586,11 @@ class Batch:
     def probe(self, job: Job) -> bool:
         """Run one job's rows alone through the decoder, changing nothing: does it succeed?"""
         rows = self.rows_of[job.id]
+        sources = rows[:1] // self.group if self.group > 1 else rows  # grouped: the job's one source
         vocab = None if self.vocab is None else (self.vocab, self.vocab_mask[rows])
         try:
             self.rt.step(job.last[:, None], np.full((job.k, 1), job.step, dtype=np.int64), self.past_mask[rows],
-                         self.src_mask[rows], [c[rows] for c in self.cross_k], [c[rows] for c in self.cross_v],
+                         self.src_mask[rows], [c[sources] for c in self.cross_k], [c[sources] for c in self.cross_v],
                          [c[rows] for c in self.past_k], [c[rows] for c in self.past_v], vocab)
         except Exception:
             return False

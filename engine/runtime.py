@@ -210,7 +210,8 @@ class Runtime:
              ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], np.ndarray]:
         """One decoder step (see engine/contract.py): log-probabilities (B, V), the new keys (B, H, Dh, 1)
         and values (B, H, 1, Dh) per layer, the last layer's cross-attention (B, S). The caches are read
-        in place (onnxruntime wraps C-contiguous numpy arrays without copying them). With ``vocab``
+        in place (onnxruntime wraps C-contiguous numpy arrays without copying them). ``cross_k`` and
+        ``cross_v`` may hold fewer sources than rows, each read by a group of consecutive rows. With ``vocab``
         (ids (V',), mask (B, V')) the shortlist graph scores only those ids: log-probabilities (B, V')."""
         values = (input_ids, positions, past_mask, src_mask, *cross_k, *cross_v, *past_k, *past_v)
         if vocab is None:

@@ -12,9 +12,10 @@ from engine import contract
 from training.model import Transformer
 
 
-def example_inputs(model: Transformer, b: int, s: int, p: int, seed: int = 0) -> dict[str, Tensor]:
+def example_inputs(model: Transformer, b: int, s: int, p: int, seed: int = 0, sources: int = 0) -> dict[str, Tensor]:
     """Decoder-step inputs of the given sizes, one new token per row (real-looking ids,
-    masks with some padding)."""
+    masks with some padding). ``sources``: cross-attention rows, each shared by b / sources
+    consecutive rows (engine/contract.py; 0: one per row)."""
     cfg = model.cfg
     g = torch.Generator().manual_seed(seed)
     layers, heads, d_head = cfg.n_decoder_layers, cfg.n_heads, cfg.d_model // cfg.n_heads
@@ -30,7 +31,11 @@ def example_inputs(model: Transformer, b: int, s: int, p: int, seed: int = 0) ->
         contract.PAST_MASK: past_mask,
         contract.SRC_MASK: src_mask,
     }
-    for name, length in ((contract.CROSS_K, s), (contract.CROSS_V, s), (contract.PAST_K, p), (contract.PAST_V, p)):
+    c = sources or b
+    if b % c:
+        raise ValueError(f"{b} rows cannot share {c} sources evenly")
+    sizes = ((contract.CROSS_K, c, s), (contract.CROSS_V, c, s), (contract.PAST_K, b, p), (contract.PAST_V, b, p))
+    for name, rows, length in sizes:
         for layer_name in contract.per_layer(name, layers):
-            inputs[layer_name] = torch.randn(contract.kv_shape(name, b, heads, d_head, length), generator=g)
+            inputs[layer_name] = torch.randn(contract.kv_shape(name, rows, heads, d_head, length), generator=g)
     return inputs

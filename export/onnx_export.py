@@ -112,13 +112,14 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = OPSET) -> tupl
     """Export both graphs with dynamic batch, source and past lengths; one new token per step.
 
     The dynamo exporter fixes any example dimension of size 1, so the examples use sizes
-    of at least 2, and all different (B=2, S=5, P=4), so that no two axes are unified,
-    except the new-token axis, fixed to 1 on purpose: onnxruntime then knows the
-    per-head transposes of a single token move no data.
+    of at least 2, and all different (B=9 rows over C=3 sources, S=5, P=4), so that no two
+    axes are unified, except the new-token axis, fixed to 1 on purpose: onnxruntime then
+    knows the per-head transposes of a single token move no data. The encoder is traced
+    at B=2.
     """
     model = model.eval()
     batch, src = torch.export.Dim("batch"), torch.export.Dim("src_len")
-    past = torch.export.Dim("past_len")
+    past, sources = torch.export.Dim("past_len"), torch.export.Dim("sources")
     enc_path = out_dir / contract.graph_file(contract.ENCODER)
     dec_path = out_dir / contract.graph_file(contract.DECODER)
     names = contract.graph_names(model.cfg.n_decoder_layers)
@@ -128,9 +129,9 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = OPSET) -> tupl
         torch.onnx.export(EncoderGraph(model), (src_ids,), str(enc_path), input_names=list(enc_in),
                           output_names=list(enc_out), opset_version=opset, dynamo=True,
                           dynamic_shapes={contract.SRC_IDS: {0: batch, 1: src}}, optimize=True, verbose=False)
-        inputs = example_inputs(model, b=2, s=5, p=4)
+        inputs = example_inputs(model, b=9, s=5, p=4, sources=3)
         n = model.cfg.n_decoder_layers
-        caches = (*[{0: batch, 3: src}] * n, *[{0: batch, 2: src}] * n, *[{0: batch, 3: past}] * n,
+        caches = (*[{0: sources, 3: src}] * n, *[{0: sources, 2: src}] * n, *[{0: batch, 3: past}] * n,
                   *[{0: batch, 2: past}] * n)  # keys (B, H, Dh, length), values (B, H, length, Dh)
         shapes = ({0: batch}, {0: batch}, {0: batch, 1: past}, {0: batch, 1: src}, caches)
         dec_in, dec_out = names[contract.DECODER]
@@ -152,12 +153,13 @@ def _inline_external_data(path: Path) -> None:
         side.unlink()
 
 
-# (B, S, P) sizes other than the traced (2, 5, 4): batch 1, an empty past, longer sources and pasts.
-CHECK_SIZES = ((1, 3, 0), (3, 7, 6), (4, 2, 0), (1, 9, 3))
+# (B, S, P, C) sizes other than the traced (9, 5, 4, 3): batch 1, an empty past, longer sources
+# and pasts, one source per row (C = B: greedy rows) and one shared by a group of four (a beam).
+CHECK_SIZES = ((1, 3, 0, 1), (3, 7, 6, 3), (4, 2, 0, 1), (1, 9, 3, 1), (8, 6, 5, 2))
 
 
 def check_graphs(model: Transformer, enc_path: Path, dec_path: Path,
-                 sizes: tuple[tuple[int, int, int], ...] = CHECK_SIZES) -> float:
+                 sizes: tuple[tuple[int, int, int, int], ...] = CHECK_SIZES) -> float:
     """Max |difference| between PyTorch and onnxruntime over sizes other than the traced
     one: batch 1, an empty past, longer sources and pasts."""
     import onnxruntime as ort
@@ -168,20 +170,20 @@ def check_graphs(model: Transformer, enc_path: Path, dec_path: Path,
     dec = ort.InferenceSession(str(dec_path), opts, providers=["CPUExecutionProvider"])
     worst = 0.0
     with torch.no_grad():
-        for b, s, p in sizes:
+        for b, s, p, c in sizes:
             ids = torch.randint(4, model.cfg.vocab_size, (b, s))
             if b > 1:
                 ids[-1, -1] = model.cfg.pad_id  # a padded source row
             ref = EncoderGraph(model)(ids)
             got = enc.run(None, {contract.SRC_IDS: ids.numpy()})
             worst = max(worst, *(float(np.abs(g - r.numpy()).max()) for g, r in zip(got, ref)))
-            inputs = example_inputs(model, b, s, p, seed=b * 1000 + s)
+            inputs = example_inputs(model, b, s, p, seed=b * 1000 + s, sources=c)
             ref = DecoderStepGraph(model)(*inputs.values())
             got = dec.run(None, {k: v.numpy() for k, v in inputs.items()})
             for name, g, r in zip(contract.decoder_outputs(model.cfg.n_decoder_layers), got, ref):
                 if g.shape != tuple(r.shape):
                     raise RuntimeError(f"{dec_path.name}: {name} has shape {g.shape}, PyTorch gives {tuple(r.shape)} "
-                                       f"at B={b} S={s} P={p}")
+                                       f"at B={b} S={s} P={p} C={c}")
                 worst = max(worst, float(np.abs(g - r.numpy()).max()))
     return worst
 

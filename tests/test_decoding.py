@@ -125,6 +125,34 @@ def test_staggered_joins_mixed_greedy_and_beam_give_the_solo_results(setup):
         assert [h.tokens for h in j.result] == [h.tokens for h in s]
 
 
+def test_beams_share_their_source_until_a_job_of_another_beam_size_joins(setup):
+    """A batch of beam-3 jobs holds one copy of each source (rows 3j..3j+2 read source j);
+    jobs leave and the last blocks of rows move into their places; a greedy job joining lays
+    the sources out once per row. Every text gets the tokens and scores it gets alone."""
+    rt, _, tok = setup
+    beams = [job(tok, t, beam_size=3, n_best=2) for t in TEXTS[:5]]
+    late = job(tok, TEXTS[5])
+    solo = [decode_all(rt, [job(tok, t, beam_size=3, n_best=2)])[0] for t in TEXTS[:5]]
+    solo.append(decode_all(rt, [job(tok, TEXTS[5])])[0])
+    batch = Batch(rt)
+    batch.add(encode_jobs(rt, beams))
+    assert batch.group == 3 and batch.cross_k[0].shape[0] == -(-batch.capacity[0] // 3)
+    first = {j.id: int(batch.rows_of[j.id].min()) for j in beams}
+    while len(batch.jobs) == 5:  # until some jobs leave
+        batch.remove({j.id for j in batch.step()})
+    for j in batch.jobs:  # each job's rows are one aligned block, in any order
+        rows = sorted(batch.rows_of[j.id].tolist())
+        assert rows[0] % 3 == 0 and rows == list(range(rows[0], rows[0] + 3))
+    assert any(int(batch.rows_of[j.id].min()) != first[j.id] for j in batch.jobs)  # a block moved into a hole
+    assert batch.group == 3
+    batch.add(encode_jobs(rt, [late]))
+    assert batch.group == 1 and batch.cross_k[0].shape[0] == batch.capacity[0]
+    while batch.jobs:
+        batch.remove({j.id for j in batch.step()})
+    for j, alone in zip([*beams, late], solo):
+        assert [(h.tokens, h.score) for h in j.result] == [(h.tokens, h.score) for h in alone]
+
+
 def test_attention_rows_follow_the_tokens(setup):
     rt, _, tok = setup
     [[hyp]] = decode_all(rt, [job(tok, TEXTS[1], attention=True)])

@@ -174,7 +174,7 @@ def test_int8_and_fp16_variants_decode(tiny_package, tiny_checkpoint):
 
 def test_manifest_describes_the_package(tiny_package, tiny_checkpoint):
     manifest = json.loads((tiny_package / "model.json").read_text())
-    assert manifest["format"] == "nmt-model-package" and manifest["format_version"] == 3
+    assert manifest["format"] == "nmt-model-package" and manifest["format_version"] == contract.PACKAGE_VERSION
     assert manifest["pairs"] == ["en-de", "de-en"]
     tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
     assert manifest["language_tags"] == {"de": tok.tag_id("de"), "en": tok.tag_id("en")}
@@ -302,7 +302,7 @@ def test_package_validation_names_every_problem(tiny_package, tmp_path):
     with pytest.raises(PackageError) as err:
         ModelPackage.load(bad)
     assert err.value.problems == [
-        "format_version is 99, this code reads 3",
+        f"format_version is 99, this code reads {contract.PACKAGE_VERSION}",
         "decoder outputs are ['logits'], this server expects ['log_probs', 'new_k_0', 'new_k_1', 'new_v_0', 'new_v_1', "
         "'cross_attention']",
     ]

@@ -117,6 +117,27 @@ def test_rows_at_different_past_lengths_share_a_step():
     assert torch.allclose(model.project(alone.hidden), model.project(shifted.hidden), atol=1e-5)
 
 
+def test_rows_sharing_a_source_equal_rows_with_their_own_copy():
+    """Cross keys/values of C sources for B = C x G rows (a job's beams share their source's):
+    row r reads source r // G, exactly as if each row had its own copy."""
+    model = make_model()
+    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, PAD_ID, PAD_ID]])
+    src_mask = src.ne(PAD_ID)
+    cross_k, cross_v = model.cross_kv(model.encode(src, src_mask))
+    rows = src_mask.repeat_interleave(3, dim=0)  # 2 sources x 3 rows each; masks stay per row
+    ids, positions = torch.tensor([[2], [11], [12], [2], [15], [16]]), torch.full((6, 1), 0)
+    past_k, past_v, past_mask = model.empty_cache(6)
+    shared = model.decode_step(ids, positions, past_mask, rows, cross_k, cross_v, past_k, past_v)
+    tiled = model.decode_step(ids, positions, past_mask, rows, [c.repeat_interleave(3, dim=0) for c in cross_k],
+                              [c.repeat_interleave(3, dim=0) for c in cross_v], past_k, past_v)
+    def close(a: torch.Tensor, b: torch.Tensor) -> bool:  # the same bits in onnxruntime: tests/test_quantize.py
+        return torch.allclose(a, b, atol=1e-6)
+
+    assert close(shared.hidden, tiled.hidden) and close(shared.cross_attention, tiled.cross_attention)
+    assert all(close(a, b) for a, b in zip(shared.new_k + shared.new_v, tiled.new_k + tiled.new_v))
+    assert shared.cross_attention[3:, 0, 3:].abs().max() == 0  # the second source's padding, in its three rows
+
+
 @pytest.mark.parametrize("t", [2, 1])  # 1: a decoding step, whose own score is an elementwise product
 def test_attention_over_a_cache_equals_attention_over_concatenated_keys(t):
     g = torch.Generator().manual_seed(0)

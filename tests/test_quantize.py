@@ -163,3 +163,31 @@ def test_int8_encoder_and_decoder_rows_are_bit_identical_in_any_batch(tiny_packa
                                    *whole_sources(one != 0, k1, v1), empty_k, empty_v)
         assert np.array_equal(lp1[0], log_probs[i])
         assert all(np.array_equal(a[0], b[i]) for a, b in zip(nk1 + nv1, new_k + new_v))
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8", "int8w8"])
+def test_rows_sharing_a_source_get_the_bits_of_their_own_copy(tiny_package, tiny_checkpoint, variant):
+    """A beam-search job's rows read one copy of their source's cross keys/values (C sources for
+    B rows, engine/contract.py). Each row still multiplies its own query by the keys, with the same
+    kernel, so its outputs are the bits it gets from a copy of its own, the layout of a batch
+    that mixes beam sizes: a text's tokens do not depend on its neighbours' beam sizes."""
+    tok = ckpt_io.load_tokenizer(ckpt_io.load(tiny_checkpoint))
+    sources = [tok.encode_source(text, target) for text, target in _texts()[:3]]
+    rt = Runtime(ModelPackage.load(tiny_package), RuntimeOptions("cpu", 1, variant=variant))
+    src = np.zeros((len(sources), max(map(len, sources))), np.int64)
+    for i, s in enumerate(sources):
+        src[i, :len(s)] = s
+    mask, cross_k, cross_v = whole_sources(src != 0, *rt.encode(src))
+    group, rows = 4, 4 * len(sources)
+    rng = np.random.default_rng(0)
+    slots = whole_vectors(3)
+    past_k = [rng.standard_normal(rt.cache(rows, slots, keys=True).shape).astype(np.float32) for _ in cross_k]
+    past_v = [rng.standard_normal(rt.cache(rows, slots).shape).astype(np.float32) for _ in cross_v]
+    past_mask = np.arange(slots)[None, :] < 3 + np.zeros((rows, 1), int)
+    step = (np.arange(10, 10 + rows, dtype=np.int64)[:, None], np.full((rows, 1), 3, np.int64), past_mask,
+            np.repeat(mask, group, axis=0))
+    shared = rt.step(*step, cross_k, cross_v, past_k, past_v)
+    tiled = rt.step(*step, *([np.repeat(c, group, axis=0) for c in kv] for kv in (cross_k, cross_v)), past_k, past_v)
+    assert shared[0].shape == (rows, rt.package.dims.vocab_size)
+    assert np.array_equal(shared[0], tiled[0]) and np.array_equal(shared[3], tiled[3])
+    assert all(np.array_equal(a, b) for a, b in zip(shared[1] + shared[2], tiled[1] + tiled[2]))

@@ -103,9 +103,21 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.w_k(x)).transpose(-2, -1), self.split_heads(self.w_v(x))
 
     def forward(self, x: Tensor, k_t: Tensor, v: Tensor, mask: Tensor | None,
-                cache: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+                cache: tuple[Tensor, Tensor, Tensor] | None = None, shared: bool = False) -> tuple[Tensor, Tensor]:
+        """``shared``: k_t and v hold C memories (C divides B), each read by B / C consecutive
+        rows of x (a beam-search job's beams share their source's). Each (row, head) still
+        multiplies its own query by its memory's keys, so the values are those of a memory
+        tiled per row; the runtime only reads each memory once per group instead of once per
+        row (broadcast over the group axis, no copy)."""
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
+        if shared:
+            rows = q.size(0)
+            q = q.reshape(k_t.size(0), -1, *q.shape[1:])  # (C, B / C, H, T, Dh)
+            k_t, v = k_t.unsqueeze(1), v.unsqueeze(1)  # (C, 1, H, ...): broadcast over the group
+            mask = None if mask is None else mask.reshape(k_t.size(0), -1, *mask.shape[1:])
         out, weights = scaled_dot_product_attention(q, k_t, v, mask, self.dropout, cache)
+        if shared:
+            out, weights = out.reshape(rows, *out.shape[2:]), weights.reshape(rows, *weights.shape[2:])
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_head)  # (B, T, D)
         return self.w_o(out), weights
@@ -198,9 +210,9 @@ class DecoderLayer(nn.Module):
         past_k: Tensor,  # (B, H, Dh, P) keys transposed
         past_v: Tensor,  # (B, H, P, Dh)
         past_mask: Tensor,  # (B, 1, 1, P)
-        cross_k: Tensor,  # (B, H, Dh, S)
-        cross_v: Tensor,
-        src_mask: Tensor,  # (B, 1, 1, S)
+        cross_k: Tensor,  # (C, H, Dh, S): C sources, each read by B / C consecutive rows
+        cross_v: Tensor,  # (C, H, S, Dh)
+        src_mask: Tensor,  # (B, 1, 1, S): per row
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Returns the new states (B, T, D), the new tokens' keys (B, H, Dh, T) and values
         (B, H, T, Dh) (the caller appends them to its cache) and the cross-attention weights."""
@@ -209,7 +221,7 @@ class DecoderLayer(nn.Module):
         attended = self.self_attn(h, new_k, new_v, causal_mask, cache=(past_k, past_v, past_mask))[0]
         x = self.sublayer[0].after(x, attended)
         h = self.sublayer[1].before(x)
-        attended, cross_weights = self.cross_attn(h, cross_k, cross_v, src_mask)
+        attended, cross_weights = self.cross_attn(h, cross_k, cross_v, src_mask, shared=True)
         x = self.sublayer[1].after(x, attended)
         h = self.sublayer[2].before(x)
         x = self.sublayer[2].after(x, self.feed_forward(h))
@@ -297,8 +309,8 @@ class Transformer(nn.Module):
         positions: Tensor,  # (B, T) their positions in the target
         past_mask: Tensor,  # (B, P) True where a cached position is real
         src_mask: Tensor,  # (B, S)
-        cross_k: Sequence[Tensor],  # per layer (B, H, Dh, S), keys transposed
-        cross_v: Sequence[Tensor],  # per layer (B, H, S, Dh)
+        cross_k: Sequence[Tensor],  # per layer (C, H, Dh, S), keys transposed; C divides B: row r reads r // (B / C)
+        cross_v: Sequence[Tensor],  # per layer (C, H, S, Dh)
         past_k: Sequence[Tensor],  # per layer (B, H, Dh, P)
         past_v: Sequence[Tensor],  # per layer (B, H, P, Dh)
     ) -> DecoderOutput:
