@@ -64,6 +64,25 @@ def test_step_cost_times_both_engines_at_every_size(tiny_checkpoint, tiny_packag
     assert all(r[6].endswith("x") for r in rows)
 
 
+def test_shared_sources_times_both_layouts_and_finds_the_same_bits(tiny_package, capsys):
+    """bench/studies/shared_sources.py on the tiny package: a row per variant and size, outputs the same bits."""
+    import pytest
+
+    from bench.studies.shared_sources import main as shared_main
+
+    assert shared_main(["--package", str(tiny_package), "--rows", "2,6", "--group", "2", "--source", "5",
+                        "--past", "3", "--rounds", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("decoder step, 2 rows per source, source 5, 3 cached slots, 1 thread(s), best of 1 "
+                        "alternating rounds")
+    rows = [line.split() for line in lines[2:]]
+    assert [r[:2] for r in rows] == [["fp32", "2"], ["fp32", "6"], [rows[2][0], "2"], [rows[2][0], "6"]]
+    assert rows[2][0] in ("int8", "int8w8") and all(r[4].endswith("x") and r[5] == "True" for r in rows)
+    with pytest.raises(SystemExit):
+        shared_main(["--package", str(tiny_package), "--rows", "3", "--group", "2"])
+    assert "--rows 3 is not a multiple of --group 2" in capsys.readouterr().err
+
+
 def test_step_cost_refuses_lengths_out_of_order(tiny_checkpoint, tiny_package, capsys):
     import pytest
 
