@@ -14,9 +14,8 @@ batch has the same beam size k, the buffers hold one copy per job and its k rows
 search reads a source once a step instead of k times; a batch that mixes beam sizes holds
 one copy per row. Either way every row computes the same values. When beams are re-ranked,
 each new beam moves into its parent's row; only a parent's second child copies its
-self-attention cache. The search
-itself mirrors ``training/decode.py`` step for step (the reference the tests hold it
-to), so a text decoded in any batch gives the tokens it gets alone.
+self-attention cache. The search itself mirrors ``training/decode.py`` step for step (the
+reference the tests hold it to), so a text decoded in any batch gives the tokens it gets alone.
 """
 
 from __future__ import annotations
@@ -436,21 +435,20 @@ class Batch:
 
     def _set_group(self, ks: set[int]) -> None:
         """The sources' layout for jobs of beam sizes ``ks`` joining: grouped by the beam size
-        when the batch is empty and they share one; one source per row (the live sources
-        repeated) when a job of another size joins a grouped batch."""
-        g = self.group
+        when the batch is empty (it then holds no buffers) and they share one; one source per
+        row (each source repeated) when a job of another size joins a grouped batch."""
         if self.n == 0:
             self.group = ks.pop() if len(ks) == 1 else 1
-            rows, _, width = self.capacity
-            self._new_cross(rows, width)
-        elif g > 1 and ks != {g}:
-            n, old, old_src = self.n, self._cross_columns(), self.src_mask
-            rows, _, width = self.capacity
+        elif self.group > 1 and ks != {self.group}:
+            g, rows = self.group, self.capacity[0]
+            self.cross_k, self.cross_v = ([np.repeat(c, g, axis=0)[:rows] for c in bufs]
+                                          for bufs in (self.cross_k, self.cross_v))
             self.group = 1
-            self._new_cross(rows, width)
-            for new, buf in zip(self._cross_columns(), old):  # (sources, H, S, Dh)
-                new[:n] = np.repeat(buf[:n // g], g, axis=0)
-            self.src_mask = old_src
+
+    def _sources(self, rows: np.ndarray) -> np.ndarray:
+        """The sources that ``rows`` read, for rows that come in whole blocks of ``group`` (a
+        job's rows, or several jobs'), in order."""
+        return rows[::self.group] // self.group
 
     def add(self, groups: list[Encoded]) -> None:
         """Jobs join with one encoder output row each (from one or more encoder runs): its
@@ -471,9 +469,7 @@ class Batch:
             ks = [j.k for j in jobs]
             rows = slice(n, n + sum(ks))  # the newcomers' rows, beams of one job next to each other
             per_job = np.repeat(np.arange(len(jobs)), ks)
-            # Each new source's row of the encoder output: one per job when grouped (each job
-            # then has ``group`` rows), else one per row.
-            source = enc_rows if self.group > 1 else enc_rows[per_job]
+            source = enc_rows[per_job[::self.group]]  # each new source's row of the encoder output
             first = n // self.group
             for buf, enc in zip(self._cross_columns(), by_position(cross_k, cross_v)):  # (sources, H, S, Dh)
                 buf[first:first + len(source), :, :s] = enc[source]
@@ -505,9 +501,8 @@ class Batch:
             moving = (*self.past_k, *self.past_v, self.past_mask, self.src_mask)
             for buf in (*moving, *((self.vocab_mask,) if self.vocab is not None else ())):
                 buf[targets] = buf[sources]
-            g = self.group  # grouped: holes and movers are whole blocks of g rows, in order
-            for buf in (*self.cross_k, *self.cross_v):
-                buf[targets[::g] // g] = buf[sources[::g] // g]
+            for buf in (*self.cross_k, *self.cross_v):  # holes and movers are whole blocks of rows
+                buf[self._sources(targets)] = buf[self._sources(sources)]
             moved = dict(zip(sources.tolist(), targets.tolist()))
             for j in self.jobs:
                 rows = self.rows_of[j.id]
@@ -539,7 +534,7 @@ class Batch:
 
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
-        n = self.n
+        n, used = self.n, self.n // self.group  # rows, sources
         input_ids, positions, shared = row_inputs(self.jobs, self.rows_of, n)
         # Each row writes its new token at its own position (see the class): rows that started
         # together write the same slot, a plain slice, about 2.5x faster than the scatter over
@@ -548,8 +543,8 @@ class Batch:
         self._fit_slots((shared if shared is not None else int(at.max())) + 1)
         ids = self.vocab  # the columns' tokens with a shortlist; None: column j is token j
         log_probs, new_k, new_v, attention = self.rt.step(
-            input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:n // self.group] for c in self.cross_k],
-            [c[:n // self.group] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v],
+            input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:used] for c in self.cross_k],
+            [c[:used] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v],
             None if ids is None else (ids, self.vocab_mask[:n]))
         for buf, new in zip(self.past_k, new_k):  # (rows, H, Dh, slots) <- (n, H, Dh, 1)
             buf[rows, :, :, at] = new[:, :, :, 0]
@@ -586,7 +581,7 @@ class Batch:
     def probe(self, job: Job) -> bool:
         """Run one job's rows alone through the decoder, changing nothing: does it succeed?"""
         rows = self.rows_of[job.id]
-        sources = rows[:1] // self.group if self.group > 1 else rows  # grouped: the job's one source
+        sources = self._sources(rows)
         vocab = None if self.vocab is None else (self.vocab, self.vocab_mask[rows])
         try:
             self.rt.step(job.last[:, None], np.full((job.k, 1), job.step, dtype=np.int64), self.past_mask[rows],

@@ -183,7 +183,7 @@ def test_rows_sharing_a_source_get_the_bits_of_their_own_copy(tiny_package, tiny
     slots = whole_vectors(3)
     past_k = [rng.standard_normal(rt.cache(rows, slots, keys=True).shape).astype(np.float32) for _ in cross_k]
     past_v = [rng.standard_normal(rt.cache(rows, slots).shape).astype(np.float32) for _ in cross_v]
-    past_mask = np.arange(slots)[None, :] < 3 + np.zeros((rows, 1), int)
+    past_mask = np.tile(np.arange(slots) < 3, (rows, 1))  # 3 cached tokens per row
     step = (np.arange(10, 10 + rows, dtype=np.int64)[:, None], np.full((rows, 1), 3, np.int64), past_mask,
             np.repeat(mask, group, axis=0))
     shared = rt.step(*step, cross_k, cross_v, past_k, past_v)

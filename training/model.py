@@ -111,10 +111,10 @@ class MultiHeadAttention(nn.Module):
         row (broadcast over the group axis, no copy)."""
         q = self.split_heads(self.w_q(x))  # (B, H, T, Dh)
         if shared:
-            rows = q.size(0)
-            q = q.reshape(k_t.size(0), -1, *q.shape[1:])  # (C, B / C, H, T, Dh)
+            rows, sources = q.size(0), k_t.size(0)
+            q = q.reshape(sources, -1, *q.shape[1:])  # (C, B / C, H, T, Dh)
             k_t, v = k_t.unsqueeze(1), v.unsqueeze(1)  # (C, 1, H, ...): broadcast over the group
-            mask = None if mask is None else mask.reshape(k_t.size(0), -1, *mask.shape[1:])
+            mask = None if mask is None else mask.reshape(sources, -1, *mask.shape[1:])
         out, weights = scaled_dot_product_attention(q, k_t, v, mask, self.dropout, cache)
         if shared:
             out, weights = out.reshape(rows, *out.shape[2:]), weights.reshape(rows, *weights.shape[2:])

@@ -12,18 +12,10 @@ be the same bits: each (row, head) runs the same one-row product either way.
 from __future__ import annotations
 
 import argparse
-import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-
-
-def ms_per_step(session, feeds: dict[str, np.ndarray], repeats: int) -> float:
-    session.run(None, feeds)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        session.run(None, feeds)
-    return 1000 * (time.perf_counter() - start) / repeats
 
 
 def layouts(dims, rows: int, group: int, past: int, source: int, seed: int = 0
@@ -59,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
 
+    from bench.studies.step_cost import seconds_per_call
     from engine.package import ModelPackage
     from engine.runtime import Runtime, RuntimeOptions
 
@@ -77,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             repeats = max(10, 3000 // rows)
             times: dict[str, list[float]] = {"tiled": [], "shared": []}
             for _ in range(args.rounds):
-                times["tiled"].append(ms_per_step(rt.decoder, tiled, repeats))
-                times["shared"].append(ms_per_step(rt.decoder, shared, repeats))
+                for layout, feeds in (("tiled", tiled), ("shared", shared)):
+                    times[layout].append(1000 * seconds_per_call(partial(rt.decoder.run, None, feeds), repeats))
             same = all(np.array_equal(a, b) for a, b in zip(rt.decoder.run(None, shared), rt.decoder.run(None, tiled)))
             a, b = min(times["tiled"]), min(times["shared"])
             print(f"{rt.variant:>8s} {rows:5d} {a:15.3f} {b:10.3f} {a / b:8.2f}x {same!s:>10s}")
