@@ -60,7 +60,9 @@ USER http
 EXPOSE 5000
 # Healthy while the gateway itself answers (/healthz). Not /readyz, which also asks the servers:
 # Swarm replaces an unhealthy container, and restarting the gateway cures no server outage.
-HEALTHCHECK --interval=5s --timeout=4s --start-period=20s --retries=3 \
+# As for the balancer (docker/nginx.Dockerfile), the stack's one gateway is replaced only after a
+# minute of failed or 10-second probes: a probe starts a Python, slow on a loaded machine.
+HEALTHCHECK --interval=10s --timeout=10s --start-period=20s --retries=6 \
     CMD ["python3", "-c", "import urllib.request, sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:5000/healthz', timeout=3).status != 200)"]
 ENTRYPOINT ["tini", "--"]
 CMD ["nmt-http"]

@@ -79,6 +79,6 @@ ENV PATH=/opt/venv/bin:$PATH \
 USER nmt
 WORKDIR /home/nmt
 EXPOSE 50051 9090
-HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 CMD ["nmt-health", "--timeout", "3"]
+HEALTHCHECK --interval=10s --timeout=10s --start-period=120s --retries=3 CMD ["nmt-health", "--timeout", "3"]
 ENTRYPOINT ["tini", "--"]
 CMD ["nmt-serve"]

@@ -58,6 +58,8 @@ cleanup() {
     if [ "$rc" -ne 0 ]; then
       log "logs of the stack (last lines):"
       timeout 60 "${COMPOSE[@]}" logs --no-color --tail 30 2>&1 | tail -150
+      log "containers of the stack that stopped:"
+      report_exited "com.docker.compose.project=$PROJECT"
     fi
     if [ "$rc" -ne 0 ] && [ -n "${E2E_KEEP:-}" ]; then
       log "E2E_KEEP: leaving the stack $PROJECT up"

@@ -60,6 +60,19 @@ clear_stale_engine() {
   sleep 1
 }
 
+# Why containers of a stack stopped, for a failure's report: every exited container labelled
+# $1 (a `docker ps --filter` label), with its exit code, whether the kernel killed it for memory,
+# and its last health probes (start, end, exit code, output). Swarm shows a task it stopped for
+# failing its health check as "Complete" when the process exits 0 on SIGTERM (nginx does): only
+# the probes tell that apart from a process that ended by itself.
+report_exited() {
+  local c
+  for c in $(docker ps -aq --filter "label=$1" --filter status=exited); do
+    docker inspect -f '{{.Name}}: exit {{.State.ExitCode}}, OOM-killed {{.State.OOMKilled}}, ended {{.State.FinishedAt}}{{if .State.Health}}{{range .State.Health.Log}}
+    probe {{.Start}} .. {{.End}}: exit {{.ExitCode}} {{printf "%.120q" .Output}}{{end}}{{end}}' "$c" 2>&1
+  done
+}
+
 # Stops the dockerd start_engine started (nothing when the engine was already running).
 stop_engine() {
   [ -n "$DOCKERD_PID" ] || return 0

@@ -64,6 +64,8 @@ cleanup() {
     if [ "$rc" -ne 0 ]; then
       log "state of the stack:"
       docker stack ps --no-trunc "$STACK" 2>&1 | head -20
+      log "containers of the stack that stopped:"
+      report_exited "com.docker.stack.namespace=$STACK"
       for service in server lb gateway; do
         log "last lines of ${STACK}_$service:"
         timeout 30 docker service logs --no-task-ids --tail 15 "${STACK}_$service" 2>&1 | tail -15
