@@ -83,6 +83,29 @@ def test_shared_sources_times_both_layouts_and_finds_the_same_bits(tiny_package,
     assert "--rows 3 is not a multiple of --group 2" in capsys.readouterr().err
 
 
+def test_cpu_levers_prints_every_part(tiny_package, capsys):
+    """bench/studies/cpu_levers.py on the tiny package: every part's lines, our int8 rows the same
+    bits alone as in a batch, and a wrong part refused by name."""
+    import pytest
+
+    from bench.studies.cpu_levers import main as levers_main
+
+    assert levers_main(["--package", str(tiny_package), "--jobs", "2", "--beam", "2", "--source", "5",
+                        "--rounds", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("selection, 2 jobs x 2 beams over ") and "TopK(4) in onnxruntime" in lines[0]
+    nbits = [line for line in lines if line.startswith("  64 x ")]
+    assert len(nbits) == 8 and all("rows the same bits alone: ours True" in line for line in nbits)
+    steps = [line.split()[1:3] for line in lines if line.startswith("  step ")]
+    assert [s[1] for s in steps] == ["1", "4", "32", "128"] * 2 and steps[0][0] == "fp32"
+    assert sum(line.startswith(("  MatMul fp32", "  MatMulIntegerToFloat")) for line in lines) == 8
+    grouped = [line for line in lines if line.startswith(("  scores (q k)", "  values (p v)"))]
+    assert len(grouped) == 2 and all("same bits " in line for line in grouped)
+    with pytest.raises(SystemExit):
+        levers_main(["--package", str(tiny_package), "--parts", "selection,gpu"])
+    assert "--parts gpu: not one of selection, nbits, threads, grouped" in capsys.readouterr().err
+
+
 def test_step_cost_refuses_lengths_out_of_order(tiny_checkpoint, tiny_package, capsys):
     import pytest
 
