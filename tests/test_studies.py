@@ -44,7 +44,8 @@ def test_profile_decode_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
     out = capsys.readouterr().out
     for part in ("decoder.run", "encoder.run", "other python", "Job.advance", "Batch.add", "Batch.remove",
                  "Batch._fit_slots", "ctranslate2 int8 total", "one decoder step, 4 rows",
-                 "onnxruntime operators, one decoder step (4 rows"):
+                 "onnxruntime operators, one decoder step (4 rows",
+                 "the loop's Python (all but the two graphs' runs) "):
         assert part in out, part
 
 
