@@ -501,8 +501,9 @@ class Batch:
             moving = (*self.past_k, *self.past_v, self.past_mask, self.src_mask)
             for buf in (*moving, *((self.vocab_mask,) if self.vocab is not None else ())):
                 buf[targets] = buf[sources]
-            for buf in (*self.cross_k, *self.cross_v):  # holes and movers are whole blocks of rows
-                buf[self._sources(targets)] = buf[self._sources(sources)]
+            into, out_of = self._sources(targets), self._sources(sources)  # holes and movers are whole blocks
+            for buf in (*self.cross_k, *self.cross_v):
+                buf[into] = buf[out_of]
             moved = dict(zip(sources.tolist(), targets.tolist()))
             for j in self.jobs:
                 rows = self.rows_of[j.id]

@@ -21,7 +21,6 @@ Random values; each figure is the best of ``--rounds`` alternating rounds (ms pe
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -35,17 +34,10 @@ NBITS_BLOCK = 32  # MatMulNBits' block along K (a power of 2 that divides d_mode
 
 
 def best_ms(runs: dict[str, Callable[[], Any]], rounds: int, repeats: int) -> dict[str, float]:
-    """Milliseconds per call of each run: the best of ``rounds`` rounds that alternate them."""
-    for run in runs.values():
-        run()  # warm-up
-    best = dict.fromkeys(runs, float("inf"))
-    for _ in range(rounds):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            for _ in range(repeats):
-                run()
-            best[name] = min(best[name], 1000 * (time.perf_counter() - start) / repeats)
-    return best
+    """Milliseconds per call of each run, the best of ``rounds`` alternating rounds."""
+    from bench.studies.step_cost import best_per_call
+
+    return {name: 1000 * seconds for name, seconds in best_per_call(runs, rounds, repeats).items()}
 
 
 def session(model: Any, threads: int) -> Any:
@@ -96,45 +88,32 @@ def selection(vocab: int, jobs: int, beam: int, rounds: int) -> None:
 
 
 def int8_layer(w: np.ndarray, nbits: bool) -> Any:
-    """One linear layer: our int8 chain (8-bit weights) or MatMulNBits with 8-bit blocks."""
+    """One linear layer: as our int8w8 graphs compute it (export/quantize.py run on a float
+    MatMul), or MatMulNBits with 8-bit blocks."""
+    import tempfile
+
+    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from export.quantize import (
-        MS_DOMAIN,
-        SIGNED_MAX,
-        SIGNED_ZERO_POINT,
-        TINY_SCALE,
-        WEIGHT_MAX_EXACT,
-        quantize_weight,
-    )
+    from export.quantize import MS_DOMAIN, SIGNED_ZERO_POINT, WEIGHT_MAX_EXACT, to_int8
 
     k, n = w.shape
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", k])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", n])
-    if nbits:
-        blocks = w.T.reshape(n, k // NBITS_BLOCK, NBITS_BLOCK)
-        amax = np.abs(blocks).max(axis=2)
-        scale = np.where(amax > 0, amax / WEIGHT_MAX_EXACT, 1).astype(np.float32)
-        q = np.clip(np.round(blocks / scale[:, :, None]), -WEIGHT_MAX_EXACT, WEIGHT_MAX_EXACT) + SIGNED_ZERO_POINT
-        inits = [numpy_helper.from_array(q.astype(np.uint8), "w"), numpy_helper.from_array(scale.reshape(-1), "s")]
-        node = helper.make_node("MatMulNBits", ["x", "w", "s"], ["y"], domain=MS_DOMAIN, K=k, N=n, bits=8,
-                                block_size=NBITS_BLOCK, accuracy_level=4)
-        return one_node_model([node], [x], [y], inits)
-    w_q, w_scale = quantize_weight(w, WEIGHT_MAX_EXACT)
-    inits = [numpy_helper.from_array(w_q, "w"), numpy_helper.from_array(w_scale, "ws"),
-             numpy_helper.from_array(np.array([-1], np.int64), "last"),
-             numpy_helper.from_array(np.array(1 / SIGNED_MAX, np.float32), "inv"),
-             numpy_helper.from_array(np.array(TINY_SCALE, np.float32), "tiny"),
-             numpy_helper.from_array(np.array(SIGNED_ZERO_POINT, np.uint8), "zp")]
-    nodes = [helper.make_node("Abs", ["x"], ["a"]),
-             helper.make_node("ReduceMax", ["a", "last"], ["m"], keepdims=1),
-             helper.make_node("Mul", ["m", "inv"], ["step"]),
-             helper.make_node("Max", ["step", "tiny"], ["scale"]),
-             helper.make_node("Shape", ["scale"], ["shape"]),
-             helper.make_node("Expand", ["zp", "shape"], ["zps"]),
-             helper.make_node("QuantizeLinear", ["x", "scale", "zps"], ["q"], axis=-1, block_size=k),
-             helper.make_node("MatMulIntegerToFloat", ["q", "w", "scale", "ws", "zp"], ["y"], domain=MS_DOMAIN)]
-    return one_node_model(nodes, [x], [y], inits)
+    if not nbits:
+        fp32 = one_node_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [y],
+                              [numpy_helper.from_array(w, "w")])
+        with tempfile.TemporaryDirectory() as tmp:
+            onnx.save_model(fp32, f"{tmp}/fp32.onnx")
+            return onnx.load(str(to_int8(Path(f"{tmp}/fp32.onnx"), Path(f"{tmp}/int8.onnx"), WEIGHT_MAX_EXACT)))
+    blocks = w.T.reshape(n, k // NBITS_BLOCK, NBITS_BLOCK)
+    amax = np.abs(blocks).max(axis=2)
+    scale = np.where(amax > 0, amax / WEIGHT_MAX_EXACT, 1).astype(np.float32)
+    q = np.clip(np.round(blocks / scale[:, :, None]), -WEIGHT_MAX_EXACT, WEIGHT_MAX_EXACT) + SIGNED_ZERO_POINT
+    inits = [numpy_helper.from_array(q.astype(np.uint8), "w"), numpy_helper.from_array(scale.reshape(-1), "s")]
+    node = helper.make_node("MatMulNBits", ["x", "w", "s"], ["y"], domain=MS_DOMAIN, K=k, N=n, bits=8,
+                            block_size=NBITS_BLOCK, accuracy_level=4)
+    return one_node_model([node], [x], [y], inits)
 
 
 def nbits(d_model: int, vocab: int, rounds: int) -> None:

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
 
-    from bench.studies.step_cost import seconds_per_call
+    from bench.studies.step_cost import best_per_call
     from engine.package import ModelPackage
     from engine.runtime import Runtime, RuntimeOptions
 
@@ -67,13 +67,10 @@ def main(argv: list[str] | None = None) -> int:
             if rows % args.group:
                 p.error(f"--rows {rows} is not a multiple of --group {args.group}")
             shared, tiled = layouts(package.dims, rows, args.group, args.past, args.source)
-            repeats = max(10, 3000 // rows)
-            times: dict[str, list[float]] = {"tiled": [], "shared": []}
-            for _ in range(args.rounds):
-                for layout, feeds in (("tiled", tiled), ("shared", shared)):
-                    times[layout].append(1000 * seconds_per_call(partial(rt.decoder.run, None, feeds), repeats))
+            best = best_per_call({"tiled": partial(rt.decoder.run, None, tiled),
+                                  "shared": partial(rt.decoder.run, None, shared)}, args.rounds, max(10, 3000 // rows))
             same = all(np.array_equal(a, b) for a, b in zip(rt.decoder.run(None, shared), rt.decoder.run(None, tiled)))
-            a, b = min(times["tiled"]), min(times["shared"])
+            a, b = 1000 * best["tiled"], 1000 * best["shared"]
             print(f"{rt.variant:>8s} {rows:5d} {a:15.3f} {b:10.3f} {a / b:8.2f}x {same!s:>10s}")
     return 0
 

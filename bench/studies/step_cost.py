@@ -32,6 +32,16 @@ def seconds_per_call(run: Callable[[], Any], repeats: int) -> float:
     return (time.perf_counter() - start) / repeats
 
 
+def best_per_call(runs: dict[str, Callable[[], Any]], rounds: int, repeats: int) -> dict[str, float]:
+    """Seconds per call of each run: the best of ``rounds`` rounds that alternate the runs (each
+    ``seconds_per_call``), so a machine that slows down in the middle slows them all."""
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(rounds):
+        for name, run in runs.items():
+            best[name] = min(best[name], seconds_per_call(run, repeats))
+    return best
+
+
 Engine = Callable[[list[list[int]], int, int], Any]  # (sources, beam size, output length) -> decoded
 
 
