@@ -261,11 +261,28 @@ def text_targets(targets: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def kernels_text(kernels: dict[str, str]) -> str:
+    """CTranslate2's kernels in one phrase: "ISA AVX2, oneMKL false, float products DNNL, int8 products DNNL"."""
+    names = (("isa", "ISA"), ("mkl", "oneMKL"), ("sgemm", "float products"), ("gemm_s8", "int8 products"))
+    return ", ".join(f"{label} {kernels[key]}" for key, label in names if key in kernels)
+
+
+def kernels_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per engine that reported the kernels it chose (CTranslate2), in row order."""
+    seen: dict[str, str] = {}
+    for r in _ok(rows):
+        if r.get("kernels"):
+            seen.setdefault(r["engine"], kernels_text(r["kernels"]))
+    return [f"{engine} kernels: {text}" for engine, text in seen.items()]
+
+
 def markdown(result: dict[str, Any]) -> str:
-    """The Markdown nmt-bench writes beside its JSON: the table, the server sweep (more than one
-    client count) and the GPU targets (when computed)."""
+    """The Markdown nmt-bench writes beside its JSON: the table, the kernels CTranslate2 chose, the
+    server sweep (more than one client count) and the GPU targets (when computed)."""
     rows = result.get("rows", [])
     parts = [markdown_table(rows)]
+    if kernels_lines(rows):
+        parts.append("\n".join(f"- {line}" for line in kernels_lines(rows)))
     if len({r["clients"] for r in _ok(rows) if "clients" in r}) > 1:
         parts += ["Server sentences/s by concurrent clients (each client sends one request at a time):",
                   sweep_markdown(rows)]

@@ -25,17 +25,23 @@ converted by bench/peers/marian_convert.py (int8: Marian's intgemm8 model); it i
 model (it starts from a zero vector and decodes pre-LN self-attention differently from how it
 trains; bench/studies/marian_parity.py), so its BLEU and output lengths are its own.
 The result says where each engine actually ran (``device``),
-with which graphs (``variant``) and whether decoding was device-resident (``resident``);
+with which graphs (``variant``) and whether decoding was device-resident (``resident``), and
+for CTranslate2 the kernels it chose on this CPU (``kernels``: its log's ISA, oneMKL or not, and
+its float and int8 product backends);
 an engine asked for CUDA that is not on it fails instead of reporting CPU numbers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import resource
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -169,13 +175,60 @@ def ct2_pieces(sp: Any, sources: list[list[int]], keep_eos: bool = False) -> lis
     return [[sp.id_to_piece(i) for i in (s if keep_eos else s[:-1])] for s in sources]
 
 
+# CTranslate2's start-up log (info level) names the kernels it chose on this CPU: the instruction
+# set of its own kernels, whether oneMKL is used (by default only on Intel CPUs) and the library
+# behind its float and int8 products (oneMKL or oneDNN). Recorded with every ct2 row, because the
+# same wheel runs other kernels on another CPU (docs/BENCHMARKS.md: int8 on 2 threads, AMD).
+CT2_KERNEL_LINES = {"Selected ISA": "isa", "Use Intel MKL": "mkl", "SGEMM backend": "sgemm",
+                    "GEMM_S8 backend": "gemm_s8"}
+
+
+def ct2_kernels(log: str) -> dict[str, str]:
+    """The kernels CTranslate2's log names: {"isa", "mkl", "sgemm", "gemm_s8"}, those it printed."""
+    found: dict[str, str] = {}
+    for line in log.splitlines():
+        for label, key in CT2_KERNEL_LINES.items():
+            head = f"- {label}: "
+            if head in line:
+                found[key] = line.split(head, 1)[1].split(" (")[0].strip()
+    return found
+
+
+@contextlib.contextmanager
+def stderr_captured() -> Iterator[list[str]]:
+    """What the process writes to file descriptor 2 inside the block (C++ libraries' logs
+    included), handed over as one string in the yielded list when the block ends."""
+    got: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield got
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            got.append(tmp.read().decode("utf-8", "replace"))
+
+
 def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
+    import ctranslate2
+
     from engine.package import ModelPackage
 
     sp = ModelPackage.load(work["package"]).load_tokenizer()  # ids <-> pieces, what CTranslate2 reads
     keep_eos = bool(work.get("hf_dir"))  # an imported model's source keeps its eos (ct2_pieces)
     forced = work.get("prefix", [])  # an imported model's forced target code (NLLB): CTranslate2's target_prefix
-    translator = ct2_translator(work["ct2_model"], work["engine"].split("-")[1], work["device"], work["threads"])
+    level = ctranslate2.get_log_level()
+    ctranslate2.set_log_level(logging.INFO)
+    try:
+        with stderr_captured() as log:
+            translator = ct2_translator(work["ct2_model"], work["engine"].split("-")[1], work["device"],
+                                        work["threads"])
+    finally:
+        ctranslate2.set_log_level(level)
     cap = work["max_target_tokens"]
 
     def run(sources: list[list[int]]) -> list[list[int]]:
@@ -189,7 +242,8 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
         return [[sp.piece_to_id(p) for p in r.hypotheses[0][len(forced):]] for r in results]
 
     # CTranslate2 raises when it cannot use the device it was given: where it runs is what was asked
-    return run, {"device": translator.device, "variant": work["engine"].split("-")[1], "resident": None}
+    return run, {"device": translator.device, "variant": work["engine"].split("-")[1], "resident": None,
+                 "kernels": ct2_kernels(log[0])}
 
 
 def hf_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:

@@ -350,7 +350,9 @@ def run_config(args: argparse.Namespace, engine: str, mode: str, bs: int, items:
         texts[i], tokens[i] = tokenizer.decode_restored(ids, items[i].originals), len(ids)
     row = summarise(engine, mode, bs, batches, sum(latencies), latencies, texts, tokens, items,
                     result["peak_rss_delta_mib"])
-    return [{**row, "device": result["device"], "variant": result["variant"], "resident": result["resident"]}]
+    kernels = {"kernels": result["kernels"]} if result.get("kernels") else {}  # CTranslate2's, as its log names them
+    return [{**row, "device": result["device"], "variant": result["variant"], "resident": result["resident"],
+             **kernels}]
 
 
 def add_agreement(rows: list[dict[str, Any]]) -> str | None:
@@ -646,6 +648,8 @@ def run_configs(args: argparse.Namespace, info: dict[str, Any], items: list[Item
                     print(f"    {row['clients']} clients: failed: {row['error']}", flush=True)
                     continue
                 where = f"{row['device']}, {row['variant']}" + (", resident" if row["resident"] else "")
+                if row.get("kernels"):
+                    where += "; " + bench_report.kernels_text(row["kernels"])
                 clients = f"{row['clients']} clients: " if "clients" in row else ""
                 print(f"    {clients}{row['sentences_per_s']:.2f} sent/s, {row['tokens_per_s']:.0f} tok/s, "
                       f"BLEU {bench_report.fmt(row['bleu'], 2)} ({where}; {time.monotonic() - start:.0f}s)",
@@ -663,6 +667,8 @@ def run_configs(args: argparse.Namespace, info: dict[str, Any], items: list[Item
     args.out.with_suffix(".md").write_text(bench_report.markdown(result))
     print()
     print(bench_report.text_table(rows))
+    for line in bench_report.kernels_lines(rows):
+        print(line)
     if any("clients" in r for r in rows) and len(args.clients) > 1:
         print()
         print(bench_report.text_sweep(rows))

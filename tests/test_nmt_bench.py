@@ -51,9 +51,13 @@ def test_nmt_bench_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
                if r["mode"] == "greedy" and not r["engine"].endswith("int8"))
     assert [r["clients"] for r in rows if r["engine"] == "server"] == [2] * 4
     assert result["machine"]["cores"] and result["machine"]["versions"]["ctranslate2"]
+    for r in rows:  # CTranslate2 names the kernels it chose on this CPU; no other engine reports any
+        assert set(r.get("kernels", {})) == ({"isa", "mkl", "sgemm", "gemm_s8"} if r["engine"].startswith("ct2")
+                                             else set()), r["engine"]
     assert result["spin_threads"] is False  # the defaults: engine/defaults.py SPIN and SERVER_SPIN
     md = out.with_suffix(".md").read_text()
     assert chart.stat().st_size > 0 and md.startswith("| engine | mode | batch | clients |")
+    assert "\n- ct2-fp32 kernels: ISA " in md and "\n- ct2-int8 kernels: ISA " in md
     assert "by concurrent clients" not in md and "GPU targets" not in md  # one client count, a CPU run
     assert "sent/s" in capsys.readouterr().out
 
@@ -351,3 +355,38 @@ def test_a_peer_whose_library_is_missing_is_a_usage_error(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pymarian" else real(name, *a))
     with pytest.raises(UsageError, match=r"^marian-int8 needs pymarian \(pip install -e '\.\[marian\]'\)$"):
         nmt_bench.parse_args(["--checkpoint", "x", "--package", "y", "--engines", "onnx-int8,marian-int8"])
+
+
+# CTranslate2 4.8.5's start-up log on an AMD EPYC (Zen 4), as it prints it (less the time stamps).
+CT2_LOG_AMD = """[ctranslate2] [thread 3662] [info] CPU: AuthenticAMD (SSE4.1=true, AVX=true, AVX2=true, AVX512=true)
+[ctranslate2] [thread 3662] [info]  - Selected ISA: AVX2
+[ctranslate2] [thread 3662] [info]  - Use Intel MKL: false
+[ctranslate2] [thread 3662] [info]  - SGEMM backend: DNNL (packed: false)
+[ctranslate2] [thread 3662] [info]  - GEMM_S16 backend: none (packed: false)
+[ctranslate2] [thread 3662] [info]  - GEMM_S8 backend: DNNL (packed: false, u8s8 preferred: true)
+[ctranslate2] [thread 3662] [info] Loaded model ct2 on device cpu:0
+"""
+
+
+def test_ct2_kernels_are_read_from_its_log():
+    from bench.engines import ct2_kernels
+
+    kernels = ct2_kernels(CT2_LOG_AMD)
+    assert kernels == {"isa": "AVX2", "mkl": "false", "sgemm": "DNNL", "gemm_s8": "DNNL"}
+    assert bench_report.kernels_text(kernels) == "ISA AVX2, oneMKL false, float products DNNL, int8 products DNNL"
+    assert ct2_kernels("[info] Loaded model x on device cpu:0") == {}  # a log without them: nothing invented
+    rows = [{"engine": "ct2-int8", "kernels": kernels}, {"engine": "onnx-int8"}, {"engine": "ct2-int8", "error": "x"}]
+    assert bench_report.kernels_lines(rows) == [
+        "ct2-int8 kernels: ISA AVX2, oneMKL false, float products DNNL, int8 products DNNL"]
+
+
+def test_stderr_of_the_process_is_captured_and_given_back(capfd):
+    import os
+
+    from bench.engines import stderr_captured
+
+    with stderr_captured() as got:
+        os.write(2, b"from C++\n")  # what a library writes to the descriptor, below sys.stderr
+    os.write(2, b"after\n")
+    assert got == ["from C++\n"]
+    assert capfd.readouterr().err == "after\n"
