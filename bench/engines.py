@@ -130,6 +130,12 @@ def pytorch_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     return run, {"device": ran_on, "variant": "fp32", "resident": None}
 
 
+def variant_options(variant: str) -> dict[str, Any]:
+    """RuntimeOptions fields for one of our variants as a server would run it: ``int8`` is the int8
+    width this CPU runs exactly (int8w8 with VNNI/AMX, engine/cpu.py), any other name that graph."""
+    return {"variant": "", "int8": True} if variant == "int8" else {"variant": variant}
+
+
 def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     from engine.decoding import DecodeOptions
     from engine.package import ModelPackage
@@ -141,10 +147,9 @@ def onnx_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     shortlist = engine.endswith(SHORTLIST_SUFFIX)
     variant = engine.removesuffix(RESIDENT_SUFFIX).removesuffix(SHORTLIST_SUFFIX).split("-")[1]
     # onnx-int8: the int8 width a server runs on this CPU (int8w8 with VNNI/AMX: engine/cpu.py); info names it.
-    int8 = variant == "int8"
     rt = Runtime(ModelPackage.load(work["package"]),
-                 RuntimeOptions(device=work["device"], threads=work["threads"], variant="" if int8 else variant,
-                                int8=int8, resident=resident, shortlist=shortlist,
+                 RuntimeOptions(device=work["device"], threads=work["threads"], **variant_options(variant),
+                                resident=resident, shortlist=shortlist,
                                 spin=SPIN_ASKED if work.get("spin_threads") else SPIN))
     if rt.device != work["device"]:
         raise RuntimeError(f"onnxruntime runs on {rt.device}, not {work['device']} (providers {rt.providers})")

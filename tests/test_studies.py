@@ -42,6 +42,11 @@ def test_profile_decode_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
                          "--pair", "en-de", "--sentences", "4", "--batch-size", "2", "--beam-size", "2",
                          "--variant", "int8", "--ort-ops"]) == 0
     out = capsys.readouterr().out
+    from engine.cpu import int8_variant
+    from engine.package import ModelPackage
+
+    # int8: the width a server runs on this CPU (int8w8 with VNNI/AMX), as nmt-bench measures it
+    assert f"ours (onnxruntime {int8_variant(ModelPackage.load(tiny_package).variants)}) total" in out
     for part in ("decoder.run", "encoder.run", "other python", "Job.advance", "Batch.add", "Batch.remove",
                  "Batch._fit_slots", "ctranslate2 int8 total", "one decoder step, 4 rows",
                  "onnxruntime operators, one decoder step (4 rows",

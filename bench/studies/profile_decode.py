@@ -56,10 +56,11 @@ class TimedSession:
 def profile_ours(package: Any, batches: list[list[list[int]]], variant: str, threads: int,
                  beam: int) -> dict[str, Any]:
     import engine.decoding as decoding
+    from bench.engines import variant_options
     from engine.runtime import Runtime, RuntimeOptions
     from export.verify import decode_ids
 
-    rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads, variant=variant))
+    rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads, **variant_options(variant)))
     options = decoding.DecodeOptions(beam_size=beam)
     decode_ids(rt, batches[0], options)  # warm-up
     timers = Timers()
@@ -175,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sentences", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--beam-size", type=int, default=1)
-    p.add_argument("--variant", default="fp32", choices=["fp32", "int8"])
+    p.add_argument("--variant", default="fp32", choices=["fp32", "int8"],
+                   help="int8: the width a server runs on this CPU (int8w8 with VNNI/AMX), as nmt-bench")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--ort-ops", action="store_true", help="also onnxruntime's per-operator profile of one step "
                                                            "(batch x beam rows, 32 cached positions)")
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     total = ours["total"]
     print(f"{len(items)} sentences, batch {args.batch_size}, beam {args.beam_size}, {args.variant}, "
           f"{args.threads} thread(s); {ours['steps']} decoder steps")
-    print(f"ours (onnxruntime {args.variant}) total {total:.2f}s")
+    print(f"ours (onnxruntime {ours['runtime'].variant}) total {total:.2f}s")
     for name, sec in sorted(ours["parts"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<16} {sec:7.2f}s  {100 * sec / total:5.1f}%")
     loop = total - ours["parts"]["decoder.run"] - ours["parts"]["encoder.run"]
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  one decoder step, {rows} rows, source {src}: "
           + ", ".join(f"{past} cached slots {ms:.2f} ms" for past, ms in costs.items()))
     if args.ort_ops:
-        ops = ort_op_profile(package, args.variant, args.threads, args.batch_size * args.beam_size, 32, src)
+        ops = ort_op_profile(package, ours["runtime"].variant, args.threads, args.batch_size * args.beam_size, 32, src)
         total_ms = sum(ms for _, ms, _ in ops)
         print(f"onnxruntime operators, one decoder step ({args.batch_size * args.beam_size} rows, past 32, "
               f"source {src}): {total_ms:.2f} ms of kernel time")

@@ -47,11 +47,12 @@ Engine = Callable[[list[list[int]], int, int], Any]  # (sources, beam size, outp
 
 def ours(package: Any, variant: str, threads: int) -> Engine:
     """Our engine, with the output length forced: eos banned before it, the search cut at it."""
+    from bench.engines import variant_options
     from engine.decoding import DecodeOptions
     from engine.runtime import Runtime, RuntimeOptions
     from export.verify import decode_ids
 
-    rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads, variant=variant))
+    rt = Runtime(package, RuntimeOptions(device="cpu", threads=threads, **variant_options(variant)))
     return lambda sources, beam, length: decode_ids(rt, sources, DecodeOptions(beam_size=beam, min_len=length), length)
 
 
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--package", required=True)
-    p.add_argument("--variant", default="int8", choices=["fp32", "int8"])
+    p.add_argument("--variant", default="int8", choices=["fp32", "int8"],
+                   help="int8: the width a server runs on this CPU (int8w8 with VNNI/AMX), as nmt-bench")
     p.add_argument("--file", type=Path, help="sentences, one a line, to decode instead of the test split")
     p.add_argument("--pair", help="the direction of the sentences (default: the checkpoint's first)")
     p.add_argument("--threads", type=int, default=1)
