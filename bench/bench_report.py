@@ -4,7 +4,11 @@ sweep, the GPU targets and the chart.
     python -m bench.bench_report bench/results/nmt_bench-cuda.json --cpu-json bench/results/nmt_bench-cpu.json
 
 computes the GPU targets of a finished run again (with a CPU reference run after it, say),
-prints them and rewrites the Markdown beside the JSON.
+prints them and rewrites the Markdown beside the JSON;
+
+    python -m bench.bench_report bench/results/nmt_bench-cpu.json --chart docs/benchmarks-cpu.png
+
+draws a finished run's chart (the one ``nmt-bench --png`` draws) without running it again.
 """
 
 from __future__ import annotations
@@ -291,6 +295,13 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def chart_title(result: dict[str, Any]) -> str:
+    """The chart's title: sentences, threads, device and the machine (its GPU, or its CPU and cores)."""
+    m = result["machine"]
+    where = m.get("gpu") or f"{m['cpu']} ({m['cores']} cores)"
+    return f"{result['sentences']} sentences, {result['threads']} thread(s), {result['device']}: {where}"
+
+
 def chart(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """sentences/s of every engine, one panel per mode and batch size; with a server sweep (more
     than one client count) a last row of panels: server sentences/s against clients, per mode,
@@ -360,10 +371,16 @@ def chart(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("result", type=Path, help="the JSON nmt-bench wrote (a cuda run)")
+    p.add_argument("result", type=Path, help="the JSON nmt-bench wrote (a cuda run, unless --chart)")
     p.add_argument("--cpu-json", type=Path, help="an earlier one-thread CPU run with onnx-fp32 greedy batch 256")
+    p.add_argument("--chart", type=Path, help="only draw the result's chart (any run) into this PNG, as nmt-bench "
+                                              "--png would have")
     args = p.parse_args(argv)
     result = json.loads(args.result.read_text(encoding="utf-8"))
+    if args.chart:
+        chart(result["rows"], args.chart, chart_title(result))
+        print(f"chart: {args.chart}")
+        return 0
     cpu = json.loads(args.cpu_json.read_text(encoding="utf-8")) if args.cpu_json else None
     result["targets"] = gpu_targets(result, cpu, str(args.cpu_json or ""))
     args.result.write_text(json.dumps(result, indent=1, ensure_ascii=False))

@@ -676,10 +676,7 @@ def run_configs(args: argparse.Namespace, info: dict[str, Any], items: list[Item
         print()
         print(bench_report.text_targets(result["targets"]))
     if args.chart:
-        m = info["machine"]
-        where = m.get("gpu") or f"{m['cpu']} ({m['cores']} cores)"
-        bench_report.chart(rows, args.chart, f"{len(items)} sentences, {args.threads} thread(s), {args.device}: "
-                                             f"{where}")
+        bench_report.chart(rows, args.chart, bench_report.chart_title(result))
     print(f"\nresults: {args.out} (table: {args.out.with_suffix('.md')})"
           + (f", chart: {args.chart}" if args.chart else ""))
     return 0

@@ -235,6 +235,20 @@ def test_the_chart_draws_the_sweep(tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 0
 
 
+def test_a_finished_run_s_chart_is_drawn_again_from_its_json(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    result = {**synthetic_gpu_result(), "sentences": 3072, "machine": {"gpu": "NVIDIA H100", "cpu": "x", "cores": 16}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(result))
+    assert bench_report.main([str(path), "--chart", str(tmp_path / "again.png")]) == 0
+    assert (tmp_path / "again.png").stat().st_size > 0
+    assert capsys.readouterr().out == f"chart: {tmp_path / 'again.png'}\n"
+    assert json.loads(path.read_text()) == result  # the JSON is left as it was: no targets computed
+    assert bench_report.chart_title(result) == "3072 sentences, 1 thread(s), cuda: NVIDIA H100"
+    cpu = {**result, "device": "cpu", "threads": 2, "machine": {"cpu": "AMD EPYC", "cores": 2}}
+    assert bench_report.chart_title(cpu) == "3072 sentences, 2 thread(s), cpu: AMD EPYC (2 cores)"
+
+
 def test_the_gpu_benchmark_runs_on_the_gpu(tiny_checkpoint, tiny_package, tmp_path):
     torch = pytest.importorskip("torch")
     ort = pytest.importorskip("onnxruntime")
