@@ -35,6 +35,33 @@ def running_scheduler(runtime: Runtime, metrics: Metrics | None = None, **limits
         s.stop()
 
 
+# What a decoder step costs at least in the tests that need a batch kept full for a while: 250
+# steps then hold their rows for half a second or more on any CPU. Without it the tiny model's
+# two 250-token jobs took 32 ms (greedy) to 98 ms (beam 4, device-resident) on a fast CPU, less
+# than the deadlines the tests set, and the batch was free again before they passed.
+STEP_DELAY = 0.002
+
+
+@contextlib.contextmanager
+def slow_steps(runtime: Runtime, seconds: float = STEP_DELAY) -> Iterator[None]:
+    """Every decoder step of ``runtime`` (host-memory or device-resident) takes ``seconds`` longer."""
+    step, run_step = runtime.step, runtime.run_step
+
+    def slow_step(*args, **kwargs):
+        time.sleep(seconds)
+        return step(*args, **kwargs)
+
+    def slow_run_step(*args, **kwargs):
+        time.sleep(seconds)
+        return run_step(*args, **kwargs)
+
+    runtime.step, runtime.run_step = slow_step, slow_run_step
+    try:
+        yield
+    finally:
+        del runtime.step, runtime.run_step  # the class's methods again
+
+
 def job(length: int = 0, beam: int = 1) -> Job:
     """A job on a short source; ``length`` > 0 forces exactly that many output tokens."""
     options = DecodeOptions(beam_size=beam, n_best=1, min_len=length)
@@ -46,7 +73,7 @@ def test_jobs_waiting_behind_expired_staged_jobs_are_picked_up(runtime):
     waits in the queue behind them; they left without waking the encoder, which slept on as
     if the batch were still full, so the waiting job was never picked up (it hung until
     another request came, however idle the server)."""
-    with running_scheduler(runtime, max_batch_rows=2, max_queue=8) as s:
+    with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=2, max_queue=8) as s:
         running = [s.submit(job(250)) for _ in range(2)]  # fill the batch for a while
         wait_until(lambda: s.in_flight == 2)
         staged = [s.submit(job(), deadline=time.monotonic() + 0.03) for _ in range(2)]
@@ -61,7 +88,7 @@ def test_jobs_waiting_behind_expired_staged_jobs_are_picked_up(runtime):
 
 
 def test_cancelled_staged_jobs_free_their_rows_for_the_queue(runtime):
-    with running_scheduler(runtime, max_batch_rows=2, max_queue=8) as s:
+    with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=2, max_queue=8) as s:
         running = [s.submit(job(250)) for _ in range(2)]
         wait_until(lambda: s.in_flight == 2)
         staged = [s.submit(job(250)) for _ in range(2)]
@@ -76,7 +103,7 @@ def test_cancelled_staged_jobs_free_their_rows_for_the_queue(runtime):
 
 
 def test_a_waiting_job_expires_at_its_deadline_while_the_batch_is_full(runtime):
-    with running_scheduler(runtime, max_batch_rows=8, max_queue=8) as s:
+    with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=8, max_queue=8) as s:
         busy = [s.submit(job(250, beam=4)) for _ in range(2)]
         wait_until(lambda: s.in_flight == 2)
         s.submit(job(250, beam=4))  # staged
@@ -96,7 +123,7 @@ def test_in_flight_and_queue_gauges_return_to_zero_after_cancellations(runtime):
     def gauge(name: str) -> float | None:
         return metrics.registry.get_sample_value(name, {"model": "tiny"})
 
-    with running_scheduler(runtime, max_batch_rows=4, max_queue=8, metrics=metrics) as s:
+    with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=4, max_queue=8, metrics=metrics) as s:
         tickets = [s.submit(job(250)) for _ in range(6)]
         # Both gauges at once (read in one poll: on a loaded machine a separate read after the
         # first could come after the first four jobs finished).
