@@ -226,7 +226,7 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     sp = ModelPackage.load(work["package"]).load_tokenizer()  # ids <-> pieces, what CTranslate2 reads
     keep_eos = bool(work.get("hf_dir"))  # an imported model's source keeps its eos (ct2_pieces)
     forced = work.get("prefix", [])  # an imported model's forced target code (NLLB): CTranslate2's target_prefix
-    level = ctranslate2.get_log_level()
+    level, log = ctranslate2.get_log_level(), []
     ctranslate2.set_log_level(logging.INFO)
     try:
         with stderr_captured() as log:
@@ -234,6 +234,9 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
                                         work["threads"])
     finally:
         ctranslate2.set_log_level(level)
+        for line in "".join(log).splitlines():  # its warnings and errors still reach stderr
+            if "[info]" not in line:
+                print(line, file=sys.stderr)
     cap = work["max_target_tokens"]
 
     def run(sources: list[list[int]]) -> list[list[int]]:
@@ -248,7 +251,7 @@ def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
 
     # CTranslate2 raises when it cannot use the device it was given: where it runs is what was asked
     return run, {"device": translator.device, "variant": work["engine"].split("-")[1], "resident": None,
-                 "kernels": ct2_kernels(log[0])}
+                 "kernels": ct2_kernels("".join(log))}
 
 
 def hf_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
