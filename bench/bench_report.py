@@ -285,8 +285,8 @@ def markdown(result: dict[str, Any]) -> str:
     server sweep (more than one client count) and the GPU targets (when computed)."""
     rows = result.get("rows", [])
     parts = [markdown_table(rows)]
-    if kernels_lines(rows):
-        parts.append("\n".join(f"- {line}" for line in kernels_lines(rows)))
+    if kernels := kernels_lines(rows):
+        parts.append("\n".join(f"- {line}" for line in kernels))
     if len({r["clients"] for r in _ok(rows) if "clients" in r}) > 1:
         parts += ["Server sentences/s by concurrent clients (each client sends one request at a time):",
                   sweep_markdown(rows)]

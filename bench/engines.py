@@ -218,25 +218,32 @@ def stderr_captured() -> Iterator[list[str]]:
             got.append(tmp.read().decode("utf-8", "replace"))
 
 
-def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
+@contextlib.contextmanager
+def ct2_info_log() -> Iterator[list[str]]:
+    """CTranslate2 logs at info level inside the block, its output caught as ``stderr_captured``
+    gives it; then its level is restored and what was not info (warnings, errors) goes to stderr."""
     import ctranslate2
 
+    level, log = ctranslate2.get_log_level(), []
+    ctranslate2.set_log_level(logging.INFO)
+    try:
+        with stderr_captured() as log:
+            yield log
+    finally:
+        ctranslate2.set_log_level(level)
+        for line in "".join(log).splitlines():
+            if "[info]" not in line:
+                print(line, file=sys.stderr)
+
+
+def ct2_decoder(work: dict[str, Any]) -> tuple[Decoder, dict[str, Any]]:
     from engine.package import ModelPackage
 
     sp = ModelPackage.load(work["package"]).load_tokenizer()  # ids <-> pieces, what CTranslate2 reads
     keep_eos = bool(work.get("hf_dir"))  # an imported model's source keeps its eos (ct2_pieces)
     forced = work.get("prefix", [])  # an imported model's forced target code (NLLB): CTranslate2's target_prefix
-    level, log = ctranslate2.get_log_level(), []
-    ctranslate2.set_log_level(logging.INFO)
-    try:
-        with stderr_captured() as log:
-            translator = ct2_translator(work["ct2_model"], work["engine"].split("-")[1], work["device"],
-                                        work["threads"])
-    finally:
-        ctranslate2.set_log_level(level)
-        for line in "".join(log).splitlines():  # its warnings and errors still reach stderr
-            if "[info]" not in line:
-                print(line, file=sys.stderr)
+    with ct2_info_log() as log:  # the kernels it picks for this CPU, logged as the translator loads
+        translator = ct2_translator(work["ct2_model"], work["engine"].split("-")[1], work["device"], work["threads"])
     cap = work["max_target_tokens"]
 
     def run(sources: list[list[int]]) -> list[list[int]]:

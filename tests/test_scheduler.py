@@ -45,17 +45,14 @@ STEP_DELAY = 0.002
 @contextlib.contextmanager
 def slow_steps(runtime: Runtime, seconds: float = STEP_DELAY) -> Iterator[None]:
     """Every decoder step of ``runtime`` (host-memory or device-resident) takes ``seconds`` longer."""
-    step, run_step = runtime.step, runtime.run_step
 
-    def slow_step(*args, **kwargs):
-        time.sleep(seconds)
-        return step(*args, **kwargs)
+    def slowed(run):
+        def slow(*args, **kwargs):
+            time.sleep(seconds)
+            return run(*args, **kwargs)
+        return slow
 
-    def slow_run_step(*args, **kwargs):
-        time.sleep(seconds)
-        return run_step(*args, **kwargs)
-
-    runtime.step, runtime.run_step = slow_step, slow_run_step
+    runtime.step, runtime.run_step = slowed(runtime.step), slowed(runtime.run_step)
     try:
         yield
     finally:

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
 
+    from bench.engines import variant_options
     from bench.studies.step_cost import best_per_call
     from engine.package import ModelPackage
     from engine.runtime import Runtime, RuntimeOptions
@@ -61,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'variant':>8s} {'rows':>5s} {'one per row ms':>15s} {'shared ms':>10s} {'speed-up':>9s} "
           f"{'same bits':>10s}")
     for name in args.variants.split(","):
-        rt = Runtime(package, RuntimeOptions(device="cpu", threads=args.threads, int8=name == "int8",
-                                             variant="" if name == "int8" else name))
+        rt = Runtime(package, RuntimeOptions(device="cpu", threads=args.threads, **variant_options(name)))
         for rows in (int(r) for r in args.rows.split(",")):
             if rows % args.group:
                 p.error(f"--rows {rows} is not a multiple of --group {args.group}")
