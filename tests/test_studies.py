@@ -248,3 +248,55 @@ def test_openvino_step_records_the_loops_own_feeds_and_alternates_engines(tiny_p
             main(["--checkpoint", "x", "--package", str(tiny_package)])
         assert e.value.code == 2
 
+
+def test_fused_linear_pack_puts_each_weight_where_the_kernel_reads_it():
+    """bench/studies/fused_linear.py's layout for vpdpbusd: (k, n) at ((n // 16) * (K // 4) + k // 4) * 64
+    + (n % 16) * 4 + k % 4."""
+    import numpy as np
+
+    from bench.studies.fused_linear import pack
+
+    k, n = 8, 32
+    w = (np.arange(k * n) % 251 - 125).astype(np.int8).reshape(k, n)
+    flat = pack(w)
+    assert flat.shape == (k * n,) and flat.dtype == np.int8
+    for kk in range(k):
+        for nn in range(n):
+            assert flat[((nn // 16) * (k // 4) + kk // 4) * 64 + (nn % 16) * 4 + kk % 4] == w[kk, nn]
+
+
+def test_fused_linear_says_what_is_missing(tiny_package, tmp_path, capsys):
+    import pytest
+
+    from bench.studies.fused_linear import main as fused_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        fused_main(["--package", str(tiny_package), "--ort-include", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert ("no onnxruntime headers (onnxruntime_lite_custom_op.h): pass --ort-include or set ORT_INCLUDE"
+            in capsys.readouterr().err)
+
+
+def test_fused_linear_builds_and_matches_the_graphs_chain(tiny_package, capsys):
+    """The compiled operator on the tiny package's shapes: every shape and row count, outputs within
+    float rounding of the int8w8 chain, each row the same bits alone as in the batch. Needs g++,
+    onnxruntime's headers (ORT_INCLUDE; CI fetches them with scripts/ort_headers.sh) and VNNI."""
+    import re
+
+    import pytest
+
+    from bench.studies.fused_linear import cpu_flags, find_include, missing
+    from bench.studies.fused_linear import main as fused_main
+
+    why = missing(find_include(None), cpu_flags())
+    if why:
+        pytest.skip("; ".join(why))
+    assert fused_main(["--package", str(tiny_package), "--rounds", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    shapes = [tuple(line.split(",")[0].split()) for line in rows]
+    assert shapes == [("64", "x", "64")] * 4 + [("64", "x", "128")] * 4 + [("128", "x", "64")] * 4 \
+        + [("64", "x", "400")] * 4
+    assert [int(line.split(",")[1].split()[0]) for line in rows] == [1, 4, 32, 128] * 4
+    for line in rows:
+        assert line.endswith("fused rows the same bits alone: True"), line
+        assert float(re.search(r"max \|fused - chain\| (\S+) ", line).group(1)) < 1e-4, line

@@ -1,0 +1,196 @@
+"""Would compiled operators of our own pay? One int8w8 linear layer as one custom operator.
+
+    python -m bench.studies.fused_linear --package packages/default [--threads 1] [--ort-include DIR]
+
+Our int8w8 graphs compute a linear layer as a chain of onnxruntime operators (export/quantize.py):
+Abs, ReduceMax, Mul, Max, QuantizeLinear (each row of the activations on its own scale), then
+MatMulIntegerToFloat and the bias Add. This study compiles bench/studies/fused_linear.cc, the
+same computation as one custom operator (AVX-512 VNNI, one thread), loads it into the installed
+onnxruntime and times both, side by side in alternating rounds, for each product shape of the
+package's decoder step (d_model x d_model, d_model x d_ff, d_ff x d_model, d_model x vocabulary,
+as its fp32 graph has them; every one with a bias here) at 1, 4, 32 and 128 rows; it also checks
+that both agree and that each row of the fused output is the same bits alone as in the batch
+(int8's batch invariance). Rows are quantized as signed throughout (the graphs quantize Relu
+outputs as unsigned, at the same cost).
+
+It needs a C++ compiler (``g++``), a CPU with AVX-512 VNNI, and onnxruntime's C/C++ headers,
+which the PyPI wheel does not ship: Debian 13 packages them (``libonnxruntime-dev``, headers in
+/usr/include/onnxruntime; on an older Debian ``apt-get download`` it from Debian 13 and unpack it
+with ``dpkg-deb -x``). onnxruntime's C API is versioned, so a library built against the 1.21
+headers loads into a newer runtime. Pass the directory that holds ``onnxruntime_c_api.h`` as
+``--ort-include`` or ``ORT_INCLUDE``. Without one of the three it says which is missing and
+exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SOURCE = Path(__file__).with_name("fused_linear.cc")
+DOMAIN = "nmt.study"
+OP = "FusedLinearInt8"
+HEADER = "onnxruntime_lite_custom_op.h"
+DEFAULT_INCLUDES = (Path("/usr/include/onnxruntime"), Path("/usr/local/include/onnxruntime"))
+ROWS = (1, 4, 32, 128)
+BLOCK = 16  # the kernel's column block (and row quantization's vector width): K and N multiples of it
+CXXFLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
+
+
+def find_include(explicit: Path | None) -> Path | None:
+    """The directory holding onnxruntime's headers: ``explicit``, else ORT_INCLUDE, else Debian's place."""
+    candidates = [explicit] if explicit else [Path(p) for p in [os.environ.get("ORT_INCLUDE")] if p]
+    candidates += [] if explicit else list(DEFAULT_INCLUDES)
+    return next((c for c in candidates if (c / HEADER).is_file()), None)
+
+
+def missing(include: Path | None, cpu_flags: set[str]) -> list[str]:
+    """What this machine lacks to build and run the operator, in words (empty: nothing)."""
+    why = []
+    if shutil.which("g++") is None:
+        why.append("no C++ compiler (g++)")
+    if include is None:
+        why.append(f"no onnxruntime headers ({HEADER}): pass --ort-include or set ORT_INCLUDE")
+    if "avx512_vnni" not in cpu_flags:
+        why.append("no AVX-512 VNNI on this CPU")
+    return why
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def build(include: Path, out_dir: Path) -> Path:
+    """Compile the operator library into ``out_dir``."""
+    library = out_dir / "libfused_linear.so"
+    subprocess.run(["g++", *CXXFLAGS, f"-I{include}", str(SOURCE), "-o", str(library)], check=True)
+    return library
+
+
+def pack(w_q: np.ndarray) -> np.ndarray:
+    """(K, N) int8 -> the kernel's layout [N / 16][K / 4][16 columns][4 rows of K], flat: element
+    (k, n) lands at ((n // 16) * (K // 4) + k // 4) * 64 + (n % 16) * 4 + k % 4."""
+    k, n = w_q.shape
+    return np.ascontiguousarray(w_q.reshape(k // 4, 4, n // BLOCK, BLOCK).transpose(2, 0, 3, 1)).reshape(-1)
+
+
+def models(w: np.ndarray, b: np.ndarray) -> tuple[Any, Any]:
+    """The layer y = x w + b as the int8w8 graphs compute it (export/quantize.py on a float
+    MatMul + Add) and as the one fused operator on the same 8-bit weights."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from bench.studies.cpu_levers import one_node_model
+    from export.quantize import QUANT_OPSET, SIGNED_ZERO_POINT, WEIGHT_MAX_EXACT, quantize_weight, to_int8
+
+    k, n = w.shape
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", k])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", n])
+    bias = numpy_helper.from_array(b, "b")
+    fp32 = one_node_model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
+                          [x], [y], [numpy_helper.from_array(w, "w"), bias])
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save_model(fp32, f"{tmp}/fp32.onnx")
+        chain = onnx.load(str(to_int8(Path(f"{tmp}/fp32.onnx"), Path(f"{tmp}/int8.onnx"), WEIGHT_MAX_EXACT)))
+    w_q, w_scale = quantize_weight(w, WEIGHT_MAX_EXACT)
+    colsum = (SIGNED_ZERO_POINT * w_q.astype(np.int32).sum(axis=0)).astype(np.int32)
+    inits = [numpy_helper.from_array(pack(w_q), "w_packed"), numpy_helper.from_array(w_scale, "w_scale"),
+             numpy_helper.from_array(colsum, "w_colsum"), bias]
+    node = helper.make_node(OP, ["x", "w_packed", "w_scale", "w_colsum", "b"], ["y"], domain=DOMAIN)
+    fused = helper.make_model(helper.make_graph([node], "fused", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", QUANT_OPSET), helper.make_opsetid(DOMAIN, 1)])
+    return chain, fused
+
+
+def product_shapes(package: Any) -> list[tuple[int, int]]:
+    """The distinct (K, N) of the decoder step's products with a constant weight, in graph order."""
+    import onnx
+    from onnx import TensorProto
+
+    from engine import contract
+
+    graph = onnx.load(str(package.graph_path(contract.DECODER, "fp32"))).graph
+    weights = {i.name: tuple(i.dims) for i in graph.initializer
+               if len(i.dims) == 2 and i.data_type == TensorProto.FLOAT}
+    shapes = [weights[n.input[1]] for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    return list(dict.fromkeys(shapes))
+
+
+def session(model: Any, threads: int, library: Path | None = None) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.log_severity_level = 3
+    if library is not None:
+        opts.register_custom_ops_library(str(library))
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def compare(library: Path, k: int, n: int, threads: int, rounds: int) -> list[str]:
+    """One line per row count: both timings, their agreement, the fused rows' invariance."""
+    from bench.studies.step_cost import best_per_call
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((k, n)) * 0.05).astype(np.float32)
+    b = (rng.standard_normal(n) * 0.1).astype(np.float32)
+    chain_model, fused_model = models(w, b)
+    chain, fused = session(chain_model, threads), session(fused_model, threads, library)
+    lines = []
+    for m in ROWS:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        want, got = chain.run(None, {"x": x})[0], fused.run(None, {"x": x})[0]
+        alone = all(np.array_equal(fused.run(None, {"x": x[r:r + 1]})[0][0], got[r]) for r in range(m))
+        secs = best_per_call({"chain": partial(chain.run, None, {"x": x}), "fused": partial(fused.run, None, {"x": x})},
+                             rounds, 20)
+        lines.append(f"  {k} x {n}, {m:3d} rows: chain {1e6 * secs['chain']:8.1f} us, "
+                     f"fused {1e6 * secs['fused']:8.1f} us = {secs['chain'] / secs['fused']:.2f}x; max |fused - chain| "
+                     f"{float(np.abs(got - want).max()):.1e} (|y| up to {float(np.abs(want).max()):.1f}); "
+                     f"fused rows the same bits alone: {alone}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--package", type=Path, required=True, help="its decoder's shapes are timed")
+    p.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads (the fused op uses one)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--ort-include", type=Path, help=f"the directory holding onnxruntime's {HEADER}")
+    args = p.parse_args(argv)
+
+    from engine.package import ModelPackage
+
+    shapes = product_shapes(ModelPackage.load(args.package))
+    odd = sorted({s for shape in shapes for s in shape if s % BLOCK})
+    if odd:
+        p.error(f"the kernel needs sizes that are multiples of {BLOCK}; this package has {odd}")
+    include = find_include(args.ort_include)
+    why = missing(include, cpu_flags())
+    if why:
+        p.exit(2, f"fused_linear: cannot build the operator here: {'; '.join(why)}\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        library = build(include, Path(tmp))
+        print(f"one int8w8 linear layer, {args.threads} thread(s): the graphs' chain (quantize rows, "
+              f"MatMulIntegerToFloat, Add) against one fused operator (VNNI, one thread); best of {args.rounds} "
+              f"alternating rounds, a run each")
+        for k, n in shapes:
+            for line in compare(library, k, n, args.threads, args.rounds):
+                print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
