@@ -300,3 +300,48 @@ def test_fused_linear_builds_and_matches_the_graphs_chain(tiny_package, capsys):
     for line in rows:
         assert line.endswith("fused rows the same bits alone: True"), line
         assert float(re.search(r"max \|fused - chain\| (\S+) ", line).group(1)) < 1e-4, line
+
+
+def test_fused_step_computes_the_package_step(tiny_checkpoint, tiny_package, tmp_path, capsys):
+    """bench/studies/fused_step.py on the tiny model: the fused layers give the int8w8 step graph's
+    log-probabilities (to float rounding: the same int8 scheme and weights), the same best token in
+    every row, each row the same bits alone as in the batch. Needs what the fused_linear test needs."""
+    import re
+
+    import pytest
+
+    from bench.studies.fused_linear import cpu_flags, find_include, missing
+    from bench.studies.fused_step import main as step_main
+
+    why = missing(find_include(None), cpu_flags())
+    if why:
+        pytest.skip("; ".join(why))
+    sources = tmp_path / "sources.txt"
+    sources.write_text("Jesus wept.\nIn the beginning was the Word.\nHe said,\nPeace be with you.\n")
+    assert step_main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--past", "5",
+                      "--source", "7", "--rounds", "1", "--decode", "--file", str(sources), "--pair", "en-de",
+                      "--sentences", "4", "--batch-size", "2", "--beam-size", "2"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    rows, decodes = lines[:4], lines[4:]
+    assert [int(line.split()[0]) for line in rows] == [1, 4, 32, 128]
+    # Whole decodes: both of ours and CTranslate2, and how many outputs the two of ours share.
+    assert len(decodes) == 1 and decodes[0].startswith("  4 sentences, batch 2, beam 2: sentences/s step graph ")
+    assert "CTranslate2 int8" in decodes[0] and re.search(r"the same tokens in [0-4]/4 outputs$", decodes[0])
+    for line in rows:
+        n = line.split()[0]
+        assert f"best token the same in {n}/{n} rows; fused rows the same bits alone: True" in line, line
+        # A row quantized on the other side of a rounding boundary moves its log-probs by ~1e-2.
+        assert float(re.search(r"max \|delta log p\| (\S+),", line).group(1)) < 0.1, line
+
+
+
+def test_fused_step_says_what_is_missing(tiny_checkpoint, tiny_package, tmp_path, capsys):
+    import pytest
+
+    from bench.studies.fused_step import main as step_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        step_main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package),
+                   "--ort-include", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "fused_step: cannot build the operators here: no onnxruntime headers" in capsys.readouterr().err

@@ -4,7 +4,7 @@
 
 Our int8w8 graphs compute a linear layer as a chain of onnxruntime operators (export/quantize.py):
 Abs, ReduceMax, Mul, Max, QuantizeLinear (each row of the activations on its own scale), then
-MatMulIntegerToFloat and the bias Add. This study compiles bench/studies/fused_linear.cc, the
+MatMulIntegerToFloat and the bias Add. This study compiles bench/studies/fused_ops.cc, the
 same computation as one custom operator (AVX-512 VNNI, one thread), loads it into the installed
 onnxruntime and times both, side by side in alternating rounds, for each product shape of the
 package's decoder step (d_model x d_model, d_model x d_ff, d_ff x d_model, d_model x vocabulary,
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-SOURCE = Path(__file__).with_name("fused_linear.cc")
+SOURCE = Path(__file__).with_name("fused_ops.cc")
 DOMAIN = "nmt.study"
 OP = "FusedLinearInt8"
 HEADER = "onnxruntime_lite_custom_op.h"
@@ -74,8 +74,8 @@ def cpu_flags() -> set[str]:
 
 
 def build(include: Path, out_dir: Path) -> Path:
-    """Compile the operator library into ``out_dir``."""
-    library = out_dir / "libfused_linear.so"
+    """Compile the operator library (bench/studies/fused_ops.cc) into ``out_dir``."""
+    library = out_dir / "libfused_ops.so"
     subprocess.run(["g++", *CXXFLAGS, f"-I{include}", str(SOURCE), "-o", str(library)], check=True)
     return library
 
