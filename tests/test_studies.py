@@ -334,7 +334,6 @@ def test_fused_step_computes_the_package_step(tiny_checkpoint, tiny_package, tmp
         assert float(re.search(r"max \|delta log p\| (\S+),", line).group(1)) < 0.1, line
 
 
-
 def test_fused_step_says_what_is_missing(tiny_checkpoint, tiny_package, tmp_path, capsys):
     import pytest
 

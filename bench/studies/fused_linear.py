@@ -4,14 +4,14 @@
 
 Our int8w8 graphs compute a linear layer as a chain of onnxruntime operators (export/quantize.py):
 Abs, ReduceMax, Mul, Max, QuantizeLinear (each row of the activations on its own scale), then
-MatMulIntegerToFloat and the bias Add. This study compiles bench/studies/fused_ops.cc, the
-same computation as one custom operator (AVX-512 VNNI, one thread), loads it into the installed
-onnxruntime and times both, side by side in alternating rounds, for each product shape of the
-package's decoder step (d_model x d_model, d_model x d_ff, d_ff x d_model, d_model x vocabulary,
-as its fp32 graph has them; every one with a bias here) at 1, 4, 32 and 128 rows; it also checks
-that both agree and that each row of the fused output is the same bits alone as in the batch
-(int8's batch invariance). Rows are quantized as signed throughout (the graphs quantize Relu
-outputs as unsigned, at the same cost).
+MatMulIntegerToFloat and the bias Add. This study compiles bench/studies/fused_ops.cc, the same
+computation as one custom operator (AVX-512 VNNI; large products split over the session's threads),
+loads it into the installed onnxruntime and times both, side by side in alternating rounds, for each
+product shape of the package's decoder step (d_model x d_model, d_model x d_ff, d_ff x d_model,
+d_model x vocabulary, as its fp32 graph has them; every one with a bias here) at 1, 4, 32 and 128
+rows; it also checks that both agree and that each row of the fused output is the same bits alone as
+in the batch (int8's batch invariance). Rows are quantized as signed throughout (the graphs quantize
+Relu outputs as unsigned, at the same cost).
 
 It needs a C++ compiler (``g++``), a CPU with AVX-512 VNNI, and onnxruntime's C/C++ headers,
 which the PyPI wheel does not ship: Debian 13 packages them (``libonnxruntime-dev``, headers in
@@ -166,7 +166,7 @@ def compare(library: Path, k: int, n: int, threads: int, rounds: int) -> list[st
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--package", type=Path, required=True, help="its decoder's shapes are timed")
-    p.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads (the fused op uses one)")
+    p.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads (both use them)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--ort-include", type=Path, help=f"the directory holding onnxruntime's {HEADER}")
     args = p.parse_args(argv)
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         library = build(include, Path(tmp))
         print(f"one int8w8 linear layer, {args.threads} thread(s): the graphs' chain (quantize rows, "
-              f"MatMulIntegerToFloat, Add) against one fused operator (VNNI, one thread); best of {args.rounds} "
+              f"MatMulIntegerToFloat, Add) against one fused operator (VNNI); best of {args.rounds} "
               f"alternating rounds, a run each")
         for k, n in shapes:
             for line in compare(library, k, n, args.threads, args.rounds):

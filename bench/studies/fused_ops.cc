@@ -1,6 +1,7 @@
 // Studies, not part of the engine: parts of the int8w8 decoder step as onnxruntime custom operators
 // of ours, compiled by bench/studies/fused_linear.py and bench/studies/fused_step.py, which time them
-// against the graphs onnxruntime runs now. One thread each (onnxruntime's pool is not used).
+// against the graphs onnxruntime runs now. Large products and attention over many rows are split
+// over the session's intra-op threads (onnxruntime's own pool); the rest runs on the calling thread.
 //
 // FusedLinearInt8(x, w_packed, w_scale, w_colsum, bias) -> y, for float x of shape (..., K):
 //   1. each row of x quantized on its own (export/quantize.py): signed rows scale = max(max|x| / 127,
@@ -33,6 +34,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -44,6 +46,23 @@ constexpr float kZeroPoint = 128.0f;
 constexpr float kTinyScale = 1e-30f;
 constexpr float kNormEpsilon = 1e-5f;  // torch.nn.LayerNorm's default, as the model's norms
 constexpr int kMaxHeadVectors = 8;     // Dh up to 128
+
+// Work split over onnxruntime's intra-op threads (the session's pool; inline when it has one
+// thread or the work is small). Each index writes its own outputs, so results do not depend on the
+// split: the same bits on one thread or two.
+constexpr int64_t kParallelMacs = int64_t{1} << 21;  // below ~2M multiply-adds a product runs inline
+
+struct Pool {
+  OrtKernelContext* context;
+  void For(size_t n, const std::function<void(size_t)>& fn, bool worth_it) const {
+    if (!worth_it || n < 2) {
+      for (size_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    auto call = [](void* data, size_t i) { (*static_cast<const std::function<void(size_t)>*>(data))(i); };
+    Ort::KernelContext(context).ParallelFor(call, n, 0, const_cast<std::function<void(size_t)>*>(&fn));
+  }
+};
 
 // Quantize one row of K floats (K a multiple of 16) into q; returns the row's scale.
 float QuantizeRow(const float* x, int64_t K, bool unsigned_rows, uint8_t* q) {
@@ -90,11 +109,12 @@ inline __m512i Broadcast4(const uint8_t* q) {
   return _mm512_set1_epi32(four);
 }
 
-// MR rows (1..4) of quantized x times every column; rows of y are N apart.
+// MR rows (1..4) of quantized x times the columns of 16-column blocks [first, last); rows of y are
+// N apart.
 template <int MR>
-void Rows(const uint8_t* q, const float* row_scale, const Product& p, float* y) {
-  const int64_t K = p.K, N = p.N, kc = K / 4, blocks = N / 16;
-  int64_t nb = 0;
+void Rows(const uint8_t* q, const float* row_scale, const Product& p, int64_t first, int64_t last, float* y) {
+  const int64_t K = p.K, N = p.N, kc = K / 4, blocks = last;
+  int64_t nb = first;
   for (; nb + 4 <= blocks; nb += 4) {
     __m512i acc[MR][4];
     for (int i = 0; i < MR; ++i)
@@ -128,24 +148,29 @@ void Rows(const uint8_t* q, const float* row_scale, const Product& p, float* y) 
   }
 }
 
-// y (M x N) = the int8 product of x (M x K); q and scales are scratch.
-void Linear(const float* x, int64_t M, const Product& p, bool unsigned_rows, float* y, std::vector<uint8_t>& q,
-            std::vector<float>& scales) {
+// y (M x N) = the int8 product of x (M x K); q and scales are scratch. Threads take 64-column
+// groups, every row each.
+void Linear(const Pool& pool, const float* x, int64_t M, const Product& p, bool unsigned_rows, float* y,
+            std::vector<uint8_t>& q, std::vector<float>& scales) {
   const int64_t K = p.K;
   q.resize(static_cast<size_t>(M * K));
   scales.resize(static_cast<size_t>(M));
   for (int64_t r = 0; r < M; ++r) scales[r] = QuantizeRow(x + r * K, K, unsigned_rows, q.data() + r * K);
-  for (int64_t r = 0; r < M; r += 4) {
-    const uint8_t* qr = q.data() + r * K;
-    const float* sr = scales.data() + r;
-    float* yr = y + r * p.N;
-    switch (std::min<int64_t>(4, M - r)) {
-      case 1: Rows<1>(qr, sr, p, yr); break;
-      case 2: Rows<2>(qr, sr, p, yr); break;
-      case 3: Rows<3>(qr, sr, p, yr); break;
-      default: Rows<4>(qr, sr, p, yr); break;
+  const int64_t blocks = p.N / 16, groups = (blocks + 3) / 4;
+  pool.For(static_cast<size_t>(groups), [&](size_t g) {
+    const int64_t first = static_cast<int64_t>(g) * 4, last = std::min(first + 4, blocks);
+    for (int64_t r = 0; r < M; r += 4) {
+      const uint8_t* qr = q.data() + r * K;
+      const float* sr = scales.data() + r;
+      float* yr = y + r * p.N;
+      switch (std::min<int64_t>(4, M - r)) {
+        case 1: Rows<1>(qr, sr, p, first, last, yr); break;
+        case 2: Rows<2>(qr, sr, p, first, last, yr); break;
+        case 3: Rows<3>(qr, sr, p, first, last, yr); break;
+        default: Rows<4>(qr, sr, p, first, last, yr); break;
+      }
     }
-  }
+  }, M * K * p.N >= kParallelMacs);
 }
 
 void LayerNorm(const float* x, int64_t M, int64_t D, const float* gamma, const float* beta, float* y) {
@@ -217,7 +242,8 @@ void Attend(const float* q, const float* keys, const float* values, const bool* 
   for (int64_t j = 0; j < vectors; ++j) _mm512_storeu_ps(ctx + 16 * j, acc[j]);
 }
 
-void FusedLinearInt8(const Ort::Custom::Tensor<float>& x, const Ort::Custom::Tensor<int8_t>& w_packed,
+void FusedLinearInt8(OrtKernelContext* context, const Ort::Custom::Tensor<float>& x,
+                     const Ort::Custom::Tensor<int8_t>& w_packed,
                      const Ort::Custom::Tensor<float>& w_scale, const Ort::Custom::Tensor<int32_t>& w_colsum,
                      const Ort::Custom::Tensor<float>& bias, Ort::Custom::Tensor<float>& y) {
   std::vector<int64_t> shape = x.Shape();
@@ -230,11 +256,12 @@ void FusedLinearInt8(const Ort::Custom::Tensor<float>& x, const Ort::Custom::Ten
   shape.back() = N;
   std::vector<uint8_t> q;
   std::vector<float> scales;
-  Linear(x.Data(), M, Product{w_packed.Data(), w_scale.Data(), w_colsum.Data(), bias.Data(), K, N}, false,
-         y.Allocate(shape), q, scales);
+  Linear(Pool{context}, x.Data(), M, Product{w_packed.Data(), w_scale.Data(), w_colsum.Data(), bias.Data(), K, N},
+         false, y.Allocate(shape), q, scales);
 }
 
-void FusedDecoderLayerInt8(const Ort::Custom::Tensor<float>& x, const Ort::Custom::Tensor<float>& past_k,
+void FusedDecoderLayerInt8(OrtKernelContext* context, const Ort::Custom::Tensor<float>& x,
+                           const Ort::Custom::Tensor<float>& past_k,
                            const Ort::Custom::Tensor<float>& past_v, const Ort::Custom::Tensor<bool>& past_mask,
                            const Ort::Custom::Tensor<float>& cross_k, const Ort::Custom::Tensor<float>& cross_v,
                            const Ort::Custom::Tensor<bool>& src_mask, const Ort::Custom::Tensor<float>& norms,
@@ -268,7 +295,9 @@ void FusedDecoderLayerInt8(const Ort::Custom::Tensor<float>& x, const Ort::Custo
   std::vector<uint8_t> q;
   std::vector<float> scales;
   std::vector<float> h(B * D), qkv(B * 3 * D), ctx(B * D), t(B * D), x1(B * D), ff(B * F);
-  std::vector<float> scores(static_cast<size_t>(std::max(P, S)) + 16);
+  const Pool pool{context};
+  const int64_t stride = std::max(P, S) + 16;  // each row its own scores: rows may run on different threads
+  std::vector<float> scores(static_cast<size_t>(B * stride));
 
   // Pre-norm: x + sublayer(norm(x)); post-norm (as published): norm(x + sublayer(x)).
   const bool post = post_norm.Data()[0];
@@ -281,37 +310,39 @@ void FusedDecoderLayerInt8(const Ort::Custom::Tensor<float>& x, const Ort::Custo
     if (post) LayerNorm(in_place, B, D, ln + 2 * sublayer * D, ln + (2 * sublayer + 1) * D, in_place);
   };
 
-  Linear(before(xs, 0), B, products[0], false, qkv.data(), q, scales);  // self-attention: cache + new token
-  for (int64_t r = 0; r < B; ++r)
+  Linear(pool, before(xs, 0), B, products[0], false, qkv.data(), q, scales);  // self-attention: cache + new token
+  pool.For(static_cast<size_t>(B), [&](size_t row_index) {
+    const int64_t r = static_cast<int64_t>(row_index);
     for (int64_t hd = 0; hd < H; ++hd) {
       const float* row = qkv.data() + r * 3 * D + hd * Dh;
       std::memcpy(nk + (r * H + hd) * Dh, row + D, Dh * sizeof(float));
       std::memcpy(nv + (r * H + hd) * Dh, row + 2 * D, Dh * sizeof(float));
       Attend(row, past_k.Data() + (r * H + hd) * Dh * P, past_v.Data() + (r * H + hd) * P * Dh,
              past_mask.Data() + r * P, P, Dh, row + D, row + 2 * D, ctx.data() + r * D + hd * Dh, nullptr,
-             scores.data());
+             scores.data() + r * stride);
     }
-  Linear(ctx.data(), B, products[1], false, t.data(), q, scales);
+  }, 2 * B * D * (P + 1) >= kParallelMacs);
+  Linear(pool, ctx.data(), B, products[1], false, t.data(), q, scales);
   for (int64_t i = 0; i < B * D; ++i) x1[i] = xs[i] + t[i];
   after(x1.data(), 0);
 
-  Linear(before(x1.data(), 1), B, products[2], false, t.data(), q, scales);  // cross-attention
+  Linear(pool, before(x1.data(), 1), B, products[2], false, t.data(), q, scales);  // cross-attention
   std::fill(cw, cw + B * S, 0.0f);
-  for (int64_t r = 0; r < B; ++r) {
-    const int64_t src = r / (B / C);
+  pool.For(static_cast<size_t>(B), [&](size_t row_index) {
+    const int64_t r = static_cast<int64_t>(row_index), src = r / (B / C);
     for (int64_t hd = 0; hd < H; ++hd)
       Attend(t.data() + r * D + hd * Dh, cross_k.Data() + (src * H + hd) * Dh * S,
              cross_v.Data() + (src * H + hd) * S * Dh, src_mask.Data() + r * S, S, Dh, nullptr, nullptr,
-             ctx.data() + r * D + hd * Dh, cw + r * S, scores.data());
-  }
+             ctx.data() + r * D + hd * Dh, cw + r * S, scores.data() + r * stride);
+  }, 2 * B * D * S >= kParallelMacs);
   for (int64_t i = 0; i < B * S; ++i) cw[i] /= static_cast<float>(H);
-  Linear(ctx.data(), B, products[3], false, t.data(), q, scales);
+  Linear(pool, ctx.data(), B, products[3], false, t.data(), q, scales);
   for (int64_t i = 0; i < B * D; ++i) x1[i] += t[i];
   after(x1.data(), 1);
 
-  Linear(before(x1.data(), 2), B, products[4], false, ff.data(), q, scales);  // feed-forward
+  Linear(pool, before(x1.data(), 2), B, products[4], false, ff.data(), q, scales);  // feed-forward
   for (float& v : ff) v = std::max(v, 0.0f);
-  Linear(ff.data(), B, products[5], true, t.data(), q, scales);
+  Linear(pool, ff.data(), B, products[5], true, t.data(), q, scales);
   for (int64_t i = 0; i < B * D; ++i) out[i] = x1[i] + t[i];
   after(out, 2);
 }

@@ -22,7 +22,8 @@ With ``--decode``, it then decodes the checkpoint's test sentences (``--sentence
 over the package's int8 step graph and over the fused step, and with CTranslate2 int8 on the
 converted checkpoint: sentences/s of each, the ratios, and how many outputs are the same tokens.
 
-The fused operators use one thread; with ``--threads 2`` the package's graph gets the second core.
+The fused operators split large products and attention over many rows across the session's threads
+(``--threads``), as the graph's operators do; small ones run on one.
 Needs what bench/studies/fused_linear.py needs (g++, onnxruntime's headers, AVX-512 VNNI).
 """
 
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="the model's weights")
     p.add_argument("--package", type=Path, required=True, help="its int8w8 step graph is the baseline")
-    p.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads (the fused ops use one)")
+    p.add_argument("--threads", type=int, default=1, help="onnxruntime's intra-op threads (both steps use them)")
     p.add_argument("--past", type=int, default=32, help="cached positions")
     p.add_argument("--source", type=int, default=25, help="source positions")
     p.add_argument("--rounds", type=int, default=5)
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         graph = Runtime(package, RuntimeOptions(device="cpu", threads=args.threads, **variant_options("int8"))).decoder
         fused = session(fused_step_model(model), args.threads, library)
         print(f"the int8w8 decoder step, {args.threads} thread(s), {args.past} cached positions, source "
-              f"{args.source}: the package's graph against fused layers (one thread); best of {args.rounds} "
+              f"{args.source}: the package's graph against fused layers; best of {args.rounds} "
               f"alternating rounds")
         for line in compare(graph, fused, package, args.threads, args.past, args.source, args.rounds):
             print(line)
