@@ -344,3 +344,25 @@ def test_fused_step_says_what_is_missing(tiny_checkpoint, tiny_package, tmp_path
                    "--ort-include", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "fused_step: cannot build the operators here: no onnxruntime headers" in capsys.readouterr().err
+
+
+def test_fused_step_refuses_a_cache_of_the_wrong_shape(tiny_checkpoint, tiny_package, tmp_path):
+    """A fused layer given a cache whose values do not match its keys says so, not a crash."""
+    import onnxruntime as ort
+    import pytest
+
+    from bench.studies.fused_linear import build, cpu_flags, find_include, missing, session
+    from bench.studies.fused_step import fused_step_model, random_feeds
+    from engine.package import ModelPackage
+    from training.checkpoint import load_model
+
+    why = missing(find_include(None), cpu_flags())
+    if why:
+        pytest.skip("; ".join(why))
+    model, _, _ = load_model(tiny_checkpoint)
+    fused = session(fused_step_model(model), 1, build(find_include(None), tmp_path))
+    feeds = random_feeds(ModelPackage.load(tiny_package), rows=2, past=5, source=7)
+    feeds["past_v_0"] = feeds["past_v_0"][:, :, :4]  # 4 cached values for 5 cached keys
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.RuntimeException,
+                       match="FusedDecoderLayerInt8: shapes do not fit the layer"):
+        fused.run(None, feeds)

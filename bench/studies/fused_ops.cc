@@ -232,7 +232,8 @@ void Attend(const float* q, const float* keys, const float* values, const bool* 
     if (scores[i] == 0.0f) continue;
     const float prob = scores[i] * inv;
     const __m512 pr = _mm512_set1_ps(prob);
-    for (int64_t j = 0; j < vectors; ++j) acc[j] = _mm512_fmadd_ps(pr, _mm512_loadu_ps(values + i * Dh + 16 * j), acc[j]);
+    for (int64_t j = 0; j < vectors; ++j)
+      acc[j] = _mm512_fmadd_ps(pr, _mm512_loadu_ps(values + i * Dh + 16 * j), acc[j]);
     if (weights) weights[i] += prob;
   }
   if (new_v) {
@@ -271,10 +272,18 @@ void FusedDecoderLayerInt8(OrtKernelContext* context, const Ort::Custom::Tensor<
                            Ort::Custom::Tensor<float>& new_k,
                            Ort::Custom::Tensor<float>& new_v, Ort::Custom::Tensor<float>& cross_weights) {
   const std::vector<int64_t> pk = past_k.Shape(), ck = cross_k.Shape();
+  if (pk.size() != 4 || ck.size() != 4)
+    ORT_CXX_API_THROW("FusedDecoderLayerInt8: past_k and cross_k must be 4-D", ORT_INVALID_ARGUMENT);
   const int64_t B = pk[0], H = pk[1], Dh = pk[2], P = pk[3], C = ck[0], S = ck[3], D = H * Dh;
   const int64_t F = w_scale.NumberOfElement() - 7 * D;  // columns: 3D + D + D + D + F + D
-  if (Dh % 16 != 0 || Dh / 16 > kMaxHeadVectors || D % 16 != 0 || F <= 0 || F % 16 != 0 || C <= 0 || B % C != 0 ||
-      norms.NumberOfElement() != 6 * D || x.NumberOfElement() != B * D)
+  const bool sizes = Dh % 16 == 0 && Dh / 16 <= kMaxHeadVectors && F > 0 && F % 16 == 0 && C > 0 && B % C == 0;
+  const bool shapes_fit = ck[1] == H && ck[2] == Dh && x.NumberOfElement() == B * D &&
+                          past_v.Shape() == std::vector<int64_t>{B, H, P, Dh} &&
+                          cross_v.Shape() == std::vector<int64_t>{C, H, S, Dh} &&
+                          past_mask.NumberOfElement() == B * P &&
+                          src_mask.NumberOfElement() == B * S && norms.NumberOfElement() == 6 * D &&
+                          post_norm.NumberOfElement() == 1;
+  if (!sizes || !shapes_fit)
     ORT_CXX_API_THROW("FusedDecoderLayerInt8: shapes do not fit the layer", ORT_INVALID_ARGUMENT);
   const int64_t shapes[6][2] = {{D, 3 * D}, {D, D}, {D, D}, {D, D}, {D, F}, {F, D}};
   Product products[6];
