@@ -351,7 +351,8 @@ def test_fused_step_refuses_a_cache_of_the_wrong_shape(tiny_checkpoint, tiny_pac
     import onnxruntime as ort
     import pytest
 
-    from bench.studies.fused_linear import build, cpu_flags, find_include, missing, session
+    from bench.studies.cpu_levers import session
+    from bench.studies.fused_linear import build, cpu_flags, find_include, missing
     from bench.studies.fused_step import fused_step_model, random_feeds
     from engine.package import ModelPackage
     from training.checkpoint import load_model

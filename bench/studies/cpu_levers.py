@@ -40,12 +40,15 @@ def best_ms(runs: dict[str, Callable[[], Any]], rounds: int, repeats: int) -> di
     return {name: 1000 * seconds for name, seconds in best_per_call(runs, rounds, repeats).items()}
 
 
-def session(model: Any, threads: int) -> Any:
+def session(model: Any, threads: int, library: Path | None = None) -> Any:
+    """A CPU session of an in-memory model; ``library``: a custom operator library it needs."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     opts.log_severity_level = 3
+    if library is not None:
+        opts.register_custom_ops_library(str(library))
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 

@@ -47,8 +47,11 @@ CXXFLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-mavx512f", "-mavx512bw", 
 
 def find_include(explicit: Path | None) -> Path | None:
     """The directory holding onnxruntime's headers: ``explicit``, else ORT_INCLUDE, else Debian's place."""
-    candidates = [explicit] if explicit else [Path(p) for p in [os.environ.get("ORT_INCLUDE")] if p]
-    candidates += [] if explicit else list(DEFAULT_INCLUDES)
+    if explicit:
+        candidates = [explicit]
+    else:
+        from_env = os.environ.get("ORT_INCLUDE")
+        candidates = ([Path(from_env)] if from_env else []) + list(DEFAULT_INCLUDES)
     return next((c for c in candidates if (c / HEADER).is_file()), None)
 
 
@@ -73,6 +76,20 @@ def cpu_flags() -> set[str]:
     return set(line.split(":", 1)[-1].split())
 
 
+def buildable(p: argparse.ArgumentParser, study: str, sizes: set[int], explicit: Path | None) -> Path:
+    """The headers' directory once the kernels can take these sizes and this machine can build and
+    run them; otherwise ``p`` refuses the sizes, or exits 2 naming what is missing."""
+    odd = sorted(s for s in sizes if s % BLOCK)
+    if odd:
+        p.error(f"the kernels need sizes that are multiples of {BLOCK}; this model has {odd}")
+    include = find_include(explicit)
+    why = missing(include, cpu_flags())
+    if why:
+        p.exit(2, f"{study}: cannot build the operators here: {'; '.join(why)}\n")
+    assert include is not None  # missing() named it otherwise
+    return include
+
+
 def build(include: Path, out_dir: Path) -> Path:
     """Compile the operator library (bench/studies/fused_ops.cc) into ``out_dir``."""
     library = out_dir / "libfused_ops.so"
@@ -87,6 +104,17 @@ def pack(w_q: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w_q.reshape(k // 4, 4, n // BLOCK, BLOCK).transpose(2, 0, 3, 1)).reshape(-1)
 
 
+def int8_product(weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:
+    """A (K, N) float weight as the operators take it: packed 8-bit weights, column scales, the
+    signed rows' zero-point share (128 x column sums) and the bias (zeros when there is none)."""
+    from export.quantize import SIGNED_ZERO_POINT, WEIGHT_MAX_EXACT, quantize_weight
+
+    w_q, w_scale = quantize_weight(weight.astype(np.float32), WEIGHT_MAX_EXACT)
+    colsum = (SIGNED_ZERO_POINT * w_q.astype(np.int32).sum(axis=0)).astype(np.int32)
+    b = np.zeros(weight.shape[1], np.float32) if bias is None else bias.astype(np.float32)
+    return [pack(w_q), w_scale, colsum, b]
+
+
 def models(w: np.ndarray, b: np.ndarray) -> tuple[Any, Any]:
     """The layer y = x w + b as the int8w8 graphs compute it (export/quantize.py on a float
     MatMul + Add) and as the one fused operator on the same 8-bit weights."""
@@ -94,22 +122,19 @@ def models(w: np.ndarray, b: np.ndarray) -> tuple[Any, Any]:
     from onnx import TensorProto, helper, numpy_helper
 
     from bench.studies.cpu_levers import one_node_model
-    from export.quantize import QUANT_OPSET, SIGNED_ZERO_POINT, WEIGHT_MAX_EXACT, quantize_weight, to_int8
+    from export.quantize import QUANT_OPSET, WEIGHT_MAX_EXACT, to_int8
 
     k, n = w.shape
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", k])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", n])
-    bias = numpy_helper.from_array(b, "b")
     fp32 = one_node_model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
-                          [x], [y], [numpy_helper.from_array(w, "w"), bias])
+                          [x], [y], [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     with tempfile.TemporaryDirectory() as tmp:
         onnx.save_model(fp32, f"{tmp}/fp32.onnx")
         chain = onnx.load(str(to_int8(Path(f"{tmp}/fp32.onnx"), Path(f"{tmp}/int8.onnx"), WEIGHT_MAX_EXACT)))
-    w_q, w_scale = quantize_weight(w, WEIGHT_MAX_EXACT)
-    colsum = (SIGNED_ZERO_POINT * w_q.astype(np.int32).sum(axis=0)).astype(np.int32)
-    inits = [numpy_helper.from_array(pack(w_q), "w_packed"), numpy_helper.from_array(w_scale, "w_scale"),
-             numpy_helper.from_array(colsum, "w_colsum"), bias]
-    node = helper.make_node(OP, ["x", "w_packed", "w_scale", "w_colsum", "b"], ["y"], domain=DOMAIN)
+    names = ["w_packed", "w_scale", "w_colsum", "b"]
+    inits = [numpy_helper.from_array(a, name) for a, name in zip(int8_product(w, b), names, strict=True)]
+    node = helper.make_node(OP, ["x", *names], ["y"], domain=DOMAIN)
     fused = helper.make_model(helper.make_graph([node], "fused", [x], [y], inits),
                               opset_imports=[helper.make_opsetid("", QUANT_OPSET), helper.make_opsetid(DOMAIN, 1)])
     return chain, fused
@@ -129,19 +154,9 @@ def product_shapes(package: Any) -> list[tuple[int, int]]:
     return list(dict.fromkeys(shapes))
 
 
-def session(model: Any, threads: int, library: Path | None = None) -> Any:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    opts.log_severity_level = 3
-    if library is not None:
-        opts.register_custom_ops_library(str(library))
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-
-
 def compare(library: Path, k: int, n: int, threads: int, rounds: int) -> list[str]:
     """One line per row count: both timings, their agreement, the fused rows' invariance."""
+    from bench.studies.cpu_levers import session
     from bench.studies.step_cost import best_per_call
 
     rng = np.random.default_rng(0)
@@ -174,13 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.package import ModelPackage
 
     shapes = product_shapes(ModelPackage.load(args.package))
-    odd = sorted({s for shape in shapes for s in shape if s % BLOCK})
-    if odd:
-        p.error(f"the kernel needs sizes that are multiples of {BLOCK}; this package has {odd}")
-    include = find_include(args.ort_include)
-    why = missing(include, cpu_flags())
-    if why:
-        p.exit(2, f"fused_linear: cannot build the operator here: {'; '.join(why)}\n")
+    include = buildable(p, "fused_linear", {s for shape in shapes for s in shape}, args.ort_include)
     with tempfile.TemporaryDirectory() as tmp:
         library = build(include, Path(tmp))
         print(f"one int8w8 linear layer, {args.threads} thread(s): the graphs' chain (quantize rows, "

@@ -37,22 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from bench.studies.fused_linear import BLOCK, DOMAIN, build, cpu_flags, find_include, missing, pack, session
+from bench.studies.cpu_levers import session
+from bench.studies.fused_linear import DOMAIN, build, buildable, int8_product
 
 ROWS = (1, 4, 32, 128)
 LAYER_OP = "FusedDecoderLayerInt8"
 LINEAR_OP = "FusedLinearInt8"
-
-
-def int8_product(weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray]:
-    """A (K, N) float weight as the operators take it: packed 8-bit weights, column scales, the
-    signed rows' zero-point share (128 x column sums) and the bias (zeros when there is none)."""
-    from export.quantize import SIGNED_ZERO_POINT, WEIGHT_MAX_EXACT, quantize_weight
-
-    w_q, w_scale = quantize_weight(weight.astype(np.float32), WEIGHT_MAX_EXACT)
-    colsum = (SIGNED_ZERO_POINT * w_q.astype(np.int32).sum(axis=0)).astype(np.int32)
-    b = np.zeros(weight.shape[1], np.float32) if bias is None else bias.astype(np.float32)
-    return [pack(w_q), w_scale, colsum, b]
 
 
 def fused_step_model(model: Any) -> Any:
@@ -128,24 +118,23 @@ def fused_step_model(model: Any) -> Any:
 
 
 def random_feeds(package: Any, rows: int, past: int, source: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Step inputs with cache and source values of the scale a real step sees (unit normal
-    keys and values), a few masked slots in each row, and one source per row."""
+    """profile_decode's step inputs with values of the scale a real step sees (unit normal keys and
+    values), a few masked slots in each row, random tokens, and one source per row."""
+    from bench.studies.profile_decode import step_feeds
     from engine import contract
 
-    dims = package.dims
     rng = np.random.default_rng(seed)
-    feeds = {contract.INPUT_IDS: rng.integers(4, dims.vocab_size, (rows, 1)).astype(np.int64),
-             contract.POSITIONS: np.full((rows, 1), past, np.int64),
-             contract.PAST_MASK: rng.random((rows, past)) > 0.1, contract.SRC_MASK: rng.random((rows, source)) > 0.1}
-    for name, length in ((contract.CROSS_K, source), (contract.CROSS_V, source), (contract.PAST_K, past),
-                         (contract.PAST_V, past)):
-        shape = contract.kv_shape(name, rows, dims.n_heads, dims.d_head, length)
-        for layer_name in contract.per_layer(name, dims.n_decoder_layers):
-            feeds[layer_name] = rng.standard_normal(shape, dtype=np.float32)
+    feeds = step_feeds(package.dims, rows, past, source)
+    for name, value in feeds.items():
+        if value.dtype == np.float32:
+            feeds[name] = rng.standard_normal(value.shape, dtype=np.float32)
+        elif value.dtype == bool:
+            feeds[name] = rng.random(value.shape) > 0.1
+    feeds[contract.INPUT_IDS] = rng.integers(4, package.dims.vocab_size, (rows, 1)).astype(np.int64)
     return feeds
 
 
-def compare(graph: Any, fused: Any, package: Any, threads: int, past: int, source: int, rounds: int) -> list[str]:
+def compare(graph: Any, fused: Any, package: Any, past: int, source: int, rounds: int) -> list[str]:
     from bench.studies.step_cost import best_per_call
     from engine import contract
 
@@ -166,25 +155,24 @@ def compare(graph: Any, fused: Any, package: Any, threads: int, past: int, sourc
     return lines
 
 
-def decode(package: Any, fused_model: Any, library: Path, args: argparse.Namespace) -> list[str]:
-    """Whole decodes: the engine over the package's int8 step, over the fused step, and CTranslate2."""
+def decode(graph: Any, fused_step: Any, args: argparse.Namespace) -> list[str]:
+    """Whole decodes: the engine over the package's int8 step (``graph``, a Runtime), over the fused
+    step (the same runtime's encoder, ``fused_step`` for its steps), and CTranslate2."""
+    import copy
     import time
 
-    from bench.engines import variant_options
     from bench.nmt_bench import checkpoint_batches
     from bench.peers.ct2_convert import convert
     from bench.studies.profile_decode import profile_ct2
     from engine.decoding import DecodeOptions
-    from engine.runtime import Runtime, RuntimeOptions
     from export.verify import decode_ids
 
     ckpt_path, tok, items, batches = checkpoint_batches(args.checkpoint, args.batch_size, args.sentences, args.pair,
                                                         args.file)
     options = DecodeOptions(beam_size=args.beam_size)
-    runtimes = {}
-    for name in ("graph", "fused"):
-        runtimes[name] = Runtime(package, RuntimeOptions(device="cpu", threads=args.threads, **variant_options("int8")))
-    runtimes["fused"].decoder = session(fused_model, args.threads, library)
+    fused = copy.copy(graph)  # a Runtime keeps no decoding state: share its sessions, swap in the step
+    fused.decoder = fused_step
+    runtimes = {"graph": graph, "fused": fused}
 
     def run(rt: Any) -> tuple[float, list[list[int]]]:
         decode_ids(rt, batches[0], options)  # warm-up
@@ -240,27 +228,22 @@ def main(argv: list[str] | None = None) -> int:
     cfg = model.cfg
     if cfg.activation != "relu":
         p.error(f"the fused layer's feed-forward is ReLU; this model's is {cfg.activation}")
-    odd = sorted({s for s in (cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.d_model // cfg.n_heads) if s % BLOCK})
-    if odd:
-        p.error(f"the kernels need sizes that are multiples of {BLOCK}; this model has {odd}")
-    include = find_include(args.ort_include)
-    why = missing(include, cpu_flags())
-    if why:
-        p.exit(2, f"fused_step: cannot build the operators here: {'; '.join(why)}\n")
+    include = buildable(p, "fused_step", {cfg.d_model, cfg.d_ff, cfg.vocab_size, cfg.d_model // cfg.n_heads},
+                        args.ort_include)
     with tempfile.TemporaryDirectory() as tmp:
         library = build(include, Path(tmp))
         # The baseline is the step session a server runs: the engine's own options and int8 width.
-        graph = Runtime(package, RuntimeOptions(device="cpu", threads=args.threads, **variant_options("int8"))).decoder
+        runtime = Runtime(package, RuntimeOptions(device="cpu", threads=args.threads, **variant_options("int8")))
         fused = session(fused_step_model(model), args.threads, library)
         print(f"the int8w8 decoder step, {args.threads} thread(s), {args.past} cached positions, source "
               f"{args.source}: the package's graph against fused layers; best of {args.rounds} "
               f"alternating rounds")
-        for line in compare(graph, fused, package, args.threads, args.past, args.source, args.rounds):
+        for line in compare(runtime.decoder, fused, package, args.past, args.source, args.rounds):
             print(line)
         if args.decode:
             print(f"whole decodes, {args.threads} thread(s), int8: the engine over the step graph and over the "
                   f"fused step, and CTranslate2; best of {args.rounds} alternating rounds")
-            for line in decode(package, fused_step_model(model), library, args):
+            for line in decode(runtime, fused, args):
                 print(line)
     return 0
 

@@ -205,12 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ours (onnxruntime {ours['runtime'].variant}) total {total:.2f}s")
     for name, sec in sorted(ours["parts"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<16} {sec:7.2f}s  {100 * sec / total:5.1f}%")
-    loop = total - ours["parts"]["decoder.run"] - ours["parts"]["encoder.run"]
-    print(f"  the loop's Python (all but the two graphs' runs) {100 * loop / total:.1f}%")
+    graphs = ours["parts"]["decoder.run"] + ours["parts"]["encoder.run"]
+    print(f"  the loop's Python (all but the two graphs' runs) {100 * (total - graphs) / total:.1f}%")
     print(f"ctranslate2 {CT2_COMPUTE_TYPES[args.variant]} total {ct2:.2f}s   (ours / ct2 = {total / ct2:.2f}x; "
           f"decoder.run alone / ct2 = {ours['parts']['decoder.run'] / ct2:.2f}x)")
     # The most any work on the loop could give: our two graphs' runs with no Python between them.
-    graphs = total - loop
     print(f"speed vs ctranslate2: now {ct2 / total:.2f}x; with a free loop (the graphs' runs alone) "
           f"at most {ct2 / graphs:.2f}x")
     src = int(np.mean([len(s) for s in batches[0]]))
