@@ -4,12 +4,18 @@ A checkpoint is self-describing: it holds the run's config (the model is rebuilt
 it) and the bytes of the SentencePiece model, so evaluation and export need nothing
 else. Training checkpoints also hold the optimizer, the data stream position and the
 RNG states so that a resumed run continues exactly where it stopped.
+
+Checkpoints are read with ``torch.load(weights_only=True)``: everything one holds is tensors
+and plain data (dicts, lists, tuples, str, bytes, numbers, None: the optimizer's state, the
+Python ``random`` state tuple, torch's RNG ByteTensors), so no allow-list is needed, and a file
+whose pickle would import or call anything else is refused before any of it runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -51,11 +57,26 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     verify_sha256(path)
-    ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ValueError(f"{path} is refused: {_unsafe_reason(str(e))}; a checkpoint may hold only tensors and "
+                         "plain data, and nothing in it was run") from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{path} is not a checkpoint of this project (it holds a {type(ckpt).__name__}, not a dict)")
     for key in ("model", "config"):
         if key not in ckpt:
             raise ValueError(f"{path} is not a checkpoint of this project (no {key!r} entry)")
     return ckpt
+
+
+def _unsafe_reason(message: str) -> str:
+    """One line out of torch's many-line weights-only refusal: what the pickle asked for."""
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", message)
+    if found:
+        return f"its pickle asks for the Python object {found.group(1)}"
+    found = re.search(r"WeightsUnpickler error: ([^\n]+)", message)
+    return f"its pickle is not weights-only ({(found.group(1) if found else message.strip().splitlines()[0]).strip()})"
 
 
 def sha256_file(path: Path) -> str:

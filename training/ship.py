@@ -6,7 +6,7 @@ Writes ``model.pt`` (half-precision weights, the run's config and the tokenizer:
 checkpoint that every command taking a checkpoint accepts), ``config.json`` and
 ``tokenizer.model`` beside it for people to read, the run's ``curves.png`` and
 ``history.json`` when present, and ``SHA256SUMS``, which :func:`training.checkpoint.load`
-checks before it unpickles anything from that directory.
+checks before it reads anything from that directory (weights-only, as every checkpoint).
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import json
 import shutil
 import sys
 from pathlib import Path
-
-import torch
 
 from training.checkpoint import SUMS_FILE, load, resolve, save_atomic, sha256_file
 from training.config import RunConfig
@@ -54,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", help="directory to write")
     args = p.parse_args(argv)
     path = ship(args.source, args.out)
-    n = sum(v.numel() for v in torch.load(path, weights_only=False)["model"].values())
+    n = sum(v.numel() for v in load(path)["model"].values())  # read back as every command reads it
     print(json.dumps({"wrote": str(path), "parameters": n, "bytes": path.stat().st_size}))
     return 0
 
