@@ -66,6 +66,14 @@ def fetch_deb(name: str, cache: Path | None = None) -> Path:
     return found
 
 
+def _files_only(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, with links left out instead of failing the whole package
+    (packages link to absolute paths such as ``/usr/sbin/rmt``; the readers need files only)."""
+    if member.issym() or member.islnk():
+        return None
+    return tarfile.data_filter(member, dest)
+
+
 def unpacked(name: str, cache: Path | None = None) -> Path:
     """The root of the package's files (``usr/...``), unpacked once into the cache."""
     cache = cache or cache_dir()
@@ -82,7 +90,7 @@ def unpacked(name: str, cache: Path | None = None) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(members[data_name])) as tar:
-        tar.extractall(tmp, filter="data")
+        tar.extractall(tmp, filter=_files_only)
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
     done.touch()

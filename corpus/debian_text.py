@@ -1,0 +1,114 @@
+"""Debian's human translations as training, dev and test pairs: the translated package
+descriptions (``debian-descriptions``, corpus/ddtp.py) and the message catalogs programs and
+games ship (``debian-catalogs``, corpus/catalogs.py), cleaned (corpus/clean.py) and split by
+package so nothing leaks.
+
+    python -m corpus.build --sources debian     # fetch, clean, split; prints the report
+
+The result is cached as TSV (``{source}.{split}.en-{lang}.tsv``: key, English, translation)
+beside ``report.json``: per source, language and split the pairs kept, and per reason the
+pairs dropped. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from cli import UsageError, parse_direction
+from corpus import catalogs, ddtp, debian
+from corpus.bible import Pair
+from corpus.clean import dedup, drop_reason, near_key
+
+LANGUAGES = ("de", "fr", "es")
+SOURCES = ("debian-descriptions", "debian-catalogs")
+SPLITS = ("train", "dev", "test")
+CACHE_VERSION = 1  # bump when the extraction or clean-up changes: cached pairs are rebuilt
+Reader = Callable[[str, Path | None], Iterator[tuple[str, str, str, str]]]
+READERS: dict[str, Reader] = {
+    "debian-descriptions": lambda lang, cache: ddtp.rows(lang, cache),
+    "debian-catalogs": lambda lang, cache: catalogs.rows(lang, cache=cache),
+}
+
+
+def corpus_dir(cache: Path | None = None) -> Path:
+    return (cache or debian.cache_dir()) / "corpus" / f"debian-v{CACHE_VERSION}"
+
+
+def _tsv(path: Path, rows: Sequence[tuple[str, str, str]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(f"{k}\t{en}\t{xx}\n" for k, en, xx in rows), encoding="utf-8")
+    tmp.replace(path)
+
+
+def build_source(source: str, lang: str, cache: Path | None = None) -> dict[str, object]:
+    """Fetch, clean, dedup and split one source for English and ``lang``; its report."""
+    by_split: dict[str, list[tuple[str, str, str]]] = {s: [] for s in SPLITS}
+    dropped: Counter[str] = Counter()
+    for split, key, en, xx in READERS[source](lang, cache):
+        reason = drop_reason(en, xx, lang)
+        if reason:
+            dropped[reason] += 1
+        else:
+            by_split[split].append((key, en, xx))
+    # Held-out text first; training then loses every pair whose English is held out.
+    test, d_test = dedup(by_split["test"])
+    dev, d_dev = dedup(by_split["dev"], banned={r[1] for r in test})
+    held_out = {near_key(en) for _, en, _ in test + dev}
+    train, d_train = dedup(by_split["train"], banned=held_out)
+    out = corpus_dir(cache)
+    for split, rows in (("train", train), ("dev", dev), ("test", test)):
+        _tsv(out / f"{source}.{split}.en-{lang}.tsv", rows)
+    return {"kept": {"train": len(train), "dev": len(dev), "test": len(test)},
+            "dropped": dict(sorted((dropped + d_test + d_dev + d_train).items()))}
+
+
+def build(languages: Sequence[str] = LANGUAGES, sources: Sequence[str] = SOURCES, cache: Path | None = None,
+          force: bool = False) -> Path:
+    """Every source and language not built yet (or all with ``force``); returns the corpus folder."""
+    out = corpus_dir(cache)
+    out.mkdir(parents=True, exist_ok=True)
+    report_path = out / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else {}
+    for source in sources:
+        if source not in SOURCES:
+            raise UsageError(f"Debian corpus source {source!r} is not one of {', '.join(SOURCES)}")
+        for lang in languages:
+            if lang not in LANGUAGES:
+                raise UsageError(f"Debian corpus language {lang!r} is not one of {', '.join(LANGUAGES)}")
+            name = f"{source}/en-{lang}"
+            if name in report and not force:
+                continue
+            report[name] = build_source(source, lang, cache)
+            report_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def read_rows(source: str, split: str, lang: str, cache: Path | None = None) -> list[tuple[str, str, str]]:
+    """(key, English, translation) rows of one source, split and language, built on first use."""
+    if source not in SOURCES:
+        raise UsageError(f"Debian corpus source {source!r} is not one of {', '.join(SOURCES)}")
+    path = corpus_dir(cache) / f"{source}.{split}.en-{lang}.tsv"
+    if not path.exists():
+        build([lang], [source], cache)
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        key, en, xx = line.split("\t")
+        rows.append((key, en, xx))
+    return rows
+
+
+def pairs(source: str, directions: Sequence[str], split: str, cache: Path | None = None) -> list[Pair]:
+    """Pairs of one source and split for every direction (en-xx or xx-en) it covers."""
+    out: list[Pair] = []
+    for direction in directions:
+        src_lang, tgt_lang = parse_direction(direction)
+        lang = tgt_lang if src_lang == "en" else src_lang
+        if "en" not in (src_lang, tgt_lang) or lang not in LANGUAGES:
+            continue
+        for key, en, xx in read_rows(source, split, lang, cache):
+            src, tgt = (en, xx) if src_lang == "en" else (xx, en)
+            out.append(Pair(src_lang, tgt_lang, src, tgt, key))
+    return out
