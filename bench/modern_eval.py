@@ -2,9 +2,18 @@
 
     python -m bench.modern_eval --package packages/default --variants int8 --beam 1 --limit 200
 
-Test sets: the LibreOffice help's test split (``corpus.libreoffice``: whole pages held out, one
-reference per paragraph; ``--splits modern``) and the Bible's (John, ``corpus.bible``;
-``--splits bible``), en<->de/fr/es. Our package is decoded by the server's own decoding loop
+Test sets, en<->de/fr/es (``--splits``, comma-separated):
+- ``modern``: the LibreOffice help's test split (``corpus.libreoffice``: whole pages held out,
+  one reference per paragraph);
+- ``bible``: the Bible's (John, ``corpus.bible``);
+- ``descriptions``: Debian's translated package descriptions, whole source packages held out
+  (``corpus.debian_text``);
+- ``catalogs``: programs' and games' message catalogs, whole packages held out (a Wesnoth
+  campaign's dialogue, a terminal's and an editor's UI messages; ``corpus.catalogs``);
+- ``everyday``: short everyday phrases (greetings, e-mail, requests, dates, prices, units,
+  instructions) with references written for the purpose (``bench/data/everyday.tsv``).
+
+Our package is decoded by the server's own decoding loop
 on the CPU (``export.verify.translate_onnx``, as ``bench.studies.out_of_domain`` does), once per graph
 variant. Apertium, the rule-based translator, translates en-es (mode ``eng-spa``) and es-en
 (``spa-eng``); it is Debian's ``apertium-eng-spa``:
@@ -54,7 +63,9 @@ from corpus.bible import Pair
 
 PROG = "python -m bench.modern_eval"
 DIRECTIONS = ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")
-SPLITS = ("modern", "bible")
+SPLITS = ("modern", "bible", "descriptions", "catalogs", "everyday")
+DEBIAN_SPLITS = {"descriptions": "debian-descriptions", "catalogs": "debian-catalogs"}
+EVERYDAY = Path(__file__).parent / "data" / "everyday.tsv"
 MODERN_SOURCE = "libreoffice-help"
 APERTIUM_MODES = {"en-es": "eng-spa", "es-en": "spa-eng"}
 APERTIUM = "apertium"
@@ -164,17 +175,35 @@ def package_systems(package_dir: str | Path, variants: Sequence[str], beam: int,
 
 def load_sets(splits: Sequence[str], directions: Sequence[str], limit: int = 0) -> dict[tuple[str, str], list[Pair]]:
     """{(split, direction): test pairs}, the first ``limit`` of each (0: all), in the given order."""
-    from corpus import libreoffice
+    from corpus import debian_text, libreoffice
     from corpus.bible import bible_pairs
 
     out: dict[tuple[str, str], list[Pair]] = {}
     for split in splits:
-        found = (libreoffice.pairs(MODERN_SOURCE, directions, "test") if split == "modern"
-                 else bible_pairs(directions, "test"))
+        if split == "modern":
+            found = libreoffice.pairs(MODERN_SOURCE, directions, "test")
+        elif split == "bible":
+            found = bible_pairs(directions, "test")
+        elif split == "everyday":
+            found = everyday_pairs(directions)
+        else:
+            found = debian_text.pairs(DEBIAN_SPLITS[split], directions, "test")
         for direction in directions:
             rows = [p for p in found if p.direction == direction]
             if rows:
                 out[split, direction] = rows[:limit] if limit else rows
+    return out
+
+
+def everyday_pairs(directions: Sequence[str], path: Path = EVERYDAY) -> list[Pair]:
+    """The everyday phrase list (columns category, en, de, fr, es) as pairs of every direction."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    rows = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[1:] if line.strip()]
+    out = []
+    for direction in directions:
+        src, tgt = parse_direction(direction)
+        out += [Pair(src, tgt, r[src], r[tgt], f"{r['category']}:{i}") for i, r in enumerate(rows)]
     return out
 
 
@@ -282,14 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     p.add_argument("--directions", default=",".join(DIRECTIONS), help="directions, comma-separated")
     p.add_argument("--splits", default="modern", help="test sets, comma-separated: modern (LibreOffice help), "
-                   "bible (John)")
+                   "bible (John), descriptions (Debian's package descriptions), catalogs (programs' and games' "
+                   "messages), everyday (short everyday phrases)")
     p.add_argument("--limit", type=int, default=0, help="first N lines per direction and split (0: all)")
     p.add_argument("--no-apertium", action="store_true", help="skip Apertium (en-es, es-en)")
     p.add_argument("--json", type=Path, help="write the scores and every output here")
     p.add_argument("--shortlist", choices=SHORTLIST_MODES, default="on",
                    help="a package with a vocabulary shortlist: decode with it (on, as served), without it (off), "
                         "or both ways, side by side (both)")
-    p.add_argument("--examples", type=int, default=0, help="also print N outputs per direction of the modern "
+    p.add_argument("--examples", type=int, default=0, help="also print N outputs per direction of every "
                    "split, evenly spread from the worst to the best by sentence chrF (of the first variant)")
     return p
 
@@ -320,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     print(timing_table(report))
     if args.examples:
         print()
-        print(examples(report, report["systems"][0], args.examples))
+        for split in splits:
+            print(f"### {split}\n")
+            print(examples(report, report["systems"][0], args.examples, split))
     if args.json:
         args.json.write_text(json.dumps(report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return EXIT_OK

@@ -132,3 +132,13 @@ def test_apertium_translates_each_line_as_it_would_alone():
     lines = ["Organizing Libraries", "Creating a New Library", "", "The house is red."]
     together = apertium_translate(lines, "eng-spa")
     assert together == [apertium_translate([line], "eng-spa")[0] if line else "" for line in lines]
+
+
+def test_the_everyday_phrase_list_covers_every_direction():
+    sets = modern_eval.load_sets(["everyday"], list(modern_eval.DIRECTIONS))
+    assert sorted(d for _, d in sets) == sorted(modern_eval.DIRECTIONS)
+    en_de, de_en = sets["everyday", "en-de"], sets["everyday", "de-en"]
+    assert len(en_de) >= 200 and len({p.src for p in en_de}) == len(en_de)  # no phrase twice
+    assert (en_de[0].src, en_de[0].tgt, en_de[0].key) == ("Hello!", "Hallo!", "greeting:0")
+    assert (de_en[0].src, de_en[0].tgt) == ("Hallo!", "Hello!")
+    assert all(p.src and p.tgt and "\t" not in p.src + p.tgt for pairs in sets.values() for p in pairs)
