@@ -189,9 +189,15 @@ class ModelPackage(Manifest):
             problems.append(f"{contract.MANIFEST} was changed after it was written (its checksum does not match its "
                             f"content): restore it, or write it with engine.package.write_manifest")
         files: dict[str, str] = m["files"]
+        root = path.resolve()
         for name, digest in sorted(files.items()):
             f = path / name
-            if not f.is_file():
+            if not _inside(root, name):
+                # Nothing is read from outside the package (a hand-made model.json naming
+                # ../../etc/hostname or /etc/hostname, or a file linked out of the directory).
+                problems.append(f"files entry {name!r} lies outside the package directory; every file of a "
+                                f"package is in it")
+            elif not f.is_file():
                 problems.append(f"{name} is listed in {contract.MANIFEST} but missing")
             elif verify_hashes and sha256(f) != digest:
                 problems.append(f"{name} does not match its sha256 in {contract.MANIFEST} (corrupt or replaced)")
@@ -255,6 +261,14 @@ def _manifest_values(manifest: Manifest) -> dict[str, Any]:
 def _variants(files: dict[str, str], graphs: tuple[str, ...]) -> tuple[str, ...]:
     """The variants for which every one of ``graphs`` is in the package."""
     return tuple(v for v in contract.VARIANTS if all(contract.graph_file(g, v) in files for g in graphs))
+
+
+def _inside(root: Path, name: str) -> bool:
+    """Whether ``name`` (a ``files`` entry) is a relative path that stays in the resolved package
+    directory ``root`` once ``..`` and links are followed."""
+    if not name or Path(name).is_absolute():
+        return False
+    return (root / name).resolve().is_relative_to(root)
 
 
 def _holds_checkpoint(path: Path) -> bool:
