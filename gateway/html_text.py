@@ -4,8 +4,9 @@ translated whole, as the sentences it holds, and its inline markup (``<b>``, ``<
 ``<em>``...) is put back around the words of the translation that the model's attention
 aligns with the words it surrounded (gateway/alignment.py).
 
-The standard library's ``html.parser`` finds the constructs; every character of the input
-belongs to exactly one of them (a tag, a comment, a declaration, text), so everything but
+A scanner that follows the HTML standard's tokenizer finds the constructs, in time linear in
+the input; every character of the input belongs to exactly one of them (a tag, a comment, a
+declaration, text), so everything but
 translated text comes back byte for byte: tags with their attributes, comments, the content
 of ``<script>`` and ``<style>``, and whitespace between blocks. A *unit* is the text between
 two constructs that are not inline tags (block tags, ``<br>``, comments, script and style):
@@ -22,7 +23,6 @@ import html
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 
 # Elements whose content is code, not text: never translated.
 SKIPPED = frozenset({"script", "style"})
@@ -62,14 +62,26 @@ Placement = Callable[[Unit, str], list[tuple[int, int]]]
 """(unit, its translation) -> each mark's span in the translation, nested as the marks are."""
 
 
+class TooManyTags(ValueError):
+    """The source holds more tags than the caller allows (scanning stops at the first one over)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"more than {limit} tags")
+        self.limit = limit
+
+
 class HtmlText:
     """``HtmlText(source).texts``: the texts to translate, in order; ``render(translations,
     places)``: the source with each unit's text replaced by its translation, its inline marks
-    where the unit's placement puts them."""
+    where the unit's placement puts them. The scan is linear in the source's size, and so is
+    the rendering's own work (the placement's aside). ``max_tags``: TooManyTags when the source
+    holds more start, end and self-closing tags."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, max_tags: int | None = None) -> None:
         self.source = source
-        self.items: list[str | Unit] = _Scanner(source).items()
+        scanner = _Scanner(source, max_tags)
+        self.items: list[str | Unit] = scanner.items()
+        self.tags = scanner.tags  # start, end and self-closing tags in the source
         self.units = [u for u in self.items if isinstance(u, Unit) and _translatable(u.text)]
         self.texts = [u.text.strip(_SPACE) for u in self.units]
 
@@ -108,21 +120,32 @@ def _render_unit(unit: Unit, translation: str, place: Placement) -> str:
         _escape(trail, unit.references)
 
 
-def _nest(text: str, marks: list[Mark], spans: list[tuple[int, int]], references: dict[str, str],
-          parent: int = -1, a: int = 0, b: int | None = None) -> str:
-    """``text[a:b]`` with the tags of ``parent``'s child marks around their spans, recursively;
-    ``spans`` must nest as the marks do (``nested_spans`` makes them so)."""
-    b = len(text) if b is None else b
-    out, at = [], a
+def _nest(text: str, marks: list[Mark], spans: list[tuple[int, int]], references: dict[str, str]) -> str:
+    """``text`` with each mark's tags around its span, children inside their parents; ``spans``
+    must nest as the marks do (``nested_spans`` makes them so). Iterative, and each mark and
+    character visited once: markup nested thousands deep is neither a RecursionError nor slow."""
+    children: list[list[int]] = [[] for _ in range(len(marks) + 1)]  # children[p + 1]: the marks in mark p
     for i, m in enumerate(marks):
-        if m.parent != parent:
+        children[m.parent + 1].append(i)
+    out: list[str] = []
+    # One frame per open mark, outermost first: [mark (-1: the unit), its next child, text written up to, its end].
+    stack = [[-1, 0, 0, len(text)]]
+    while stack:
+        frame = stack[-1]
+        parent, k, at, end = frame
+        kids = children[parent + 1]
+        if k == len(kids):  # every child written: the rest of its text, and its end tag
+            out.append(_escape(text[at:end], references))
+            stack.pop()
+            if parent >= 0:
+                out.append(marks[parent].close)
             continue
-        start, end = spans[i]
-        out += [_escape(text[at:start], references), m.open]
-        if m.close:
-            out += [_nest(text, marks, spans, references, i, start, end), m.close]
-        at = end
-    out.append(_escape(text[at:b], references))
+        i = kids[k]
+        start, stop = spans[i]
+        out += [_escape(text[at:start], references), marks[i].open]
+        frame[1], frame[2] = k + 1, stop
+        if marks[i].close:
+            stack.append([i, 0, start, stop])
     return "".join(out)
 
 
@@ -188,19 +211,26 @@ def _escape(text: str, references: dict[str, str]) -> str:
     return "".join(_ESCAPES.get(c) or references.get(c) or c for c in text)
 
 
-class _Scanner(HTMLParser):
-    """Cuts the source into raw constructs and units of running text."""
+class _Scanner:
+    """Cuts the source into raw constructs and units of running text.
 
-    def __init__(self, source: str) -> None:
-        super().__init__(convert_charrefs=False)  # references arrive as their own events, at their own offsets
+    The constructs are found as a browser's tokenizer finds them (the HTML standard's
+    tokenization, without its error recovery inside text): a tag runs to the ``>`` outside
+    its quoted attribute values, a comment to ``-->``, ``<!...>`` and ``<?...>`` to ``>``,
+    the content of ``<script>`` and ``<style>`` to their end tag; a ``<`` that starts none
+    of them is text. A construct never closed runs to the end of the source (a browser drops
+    it; here it is given back as written). Each character is looked at a bounded number of
+    times, so the scan is linear in the source, whatever it holds (``html.parser`` is
+    quadratic on unclosed comments and tags, and on many attributes without a ``>``)."""
+
+    def __init__(self, source: str, max_tags: int | None = None) -> None:
         self.source = source
-        self.line_starts = [0, *(i + 1 for i, c in enumerate(source) if c == "\n")]
-        self.events: list[tuple[int, str, str]] = []  # (offset, kind, tag): kind text, inline, end, raw
-        self.inside: str | None = None  # the skipped element we are in
+        self.max_tags = max_tags
+        self.tags = 0
+        self.events: list[tuple[int, str, str]] = []  # (offset, kind, tag): kind text, inline, void, end, raw
 
     def items(self) -> list[str | Unit]:
-        self.feed(self.source)
-        self.close()
+        self._scan()
         bounds = [offset for offset, _, _ in self.events] + [len(self.source)]
         out: list[str | Unit] = []
         unit: _Building | None = None
@@ -218,56 +248,121 @@ class _Scanner(HTMLParser):
             out += unit.finish()
         return out
 
-    def _at(self, kind: str, tag: str = "") -> None:
-        # getpos() is the start of the construct being handled: html.parser updates it after the handler.
-        line, column = self.getpos()
-        self.events.append((self.line_starts[line - 1] + column, kind, tag))
+    def _scan(self) -> None:
+        s, n = self.source, len(self.source)
+        i = 0  # where the next construct starts
+        text = -1  # where the text running up to i starts (-1: none)
+        while i < n:
+            lt = s.find("<", i)
+            if lt < 0:
+                break
+            end, kind, tag = self._construct(lt)
+            if end < 0:  # a "<" that starts nothing: text
+                text = i if text < 0 else text
+                i = lt + 1
+                continue
+            if lt > i and text < 0:
+                text = i
+            if text >= 0:
+                self.events.append((text, "text", ""))
+                text = -1
+            self.events.append((lt, kind, tag))
+            i = end
+            if kind == "raw" and tag in SKIPPED and not s.startswith("/", lt + 1) and not s.startswith("/>", end - 2):
+                # The element's content, up to its end tag, is code: one raw piece.
+                close = re.compile(rf"</{tag}(?=[\t\n\f\r />]|$)", re.IGNORECASE).search(s, i)
+                stop = close.start() if close else n
+                if stop > i:
+                    self.events.append((i, "raw", ""))
+                i = stop
+        if i < n and text < 0:
+            text = i
+        if text >= 0:
+            self.events.append((text, "text", ""))
 
-    def handle_starttag(self, tag, attrs):
-        self._at("inline" if tag in INLINE and self.inside is None else "raw", tag)
-        if tag in SKIPPED and self.inside is None:
-            self.inside = tag
+    def _construct(self, i: int) -> tuple[int, str, str]:
+        """The construct that the "<" at ``i`` starts: (its end, its kind, its tag's name); end
+        -1 when it starts none."""
+        s, n = self.source, len(self.source)
+        if s.startswith("<!--", i):
+            if s.startswith(">", i + 4) or s.startswith("->", i + 4):  # <!--> and <!---> are whole comments
+                return s.index(">", i + 4) + 1, "raw", ""
+            m = _COMMENT_END.search(s, i + 4)
+            return (m.end() if m else n), "raw", ""
+        if s.startswith(("<!", "<?"), i):  # a declaration, CDATA or a processing instruction: up to ">"
+            return _up_to(s, ">", i + 2), "raw", ""
+        end_tag = s.startswith("</", i)
+        name = _TAG_NAME.match(s, i + 2 if end_tag else i + 1)
+        if name is None:
+            if not end_tag or i + 2 >= n:
+                return -1, "", ""  # "<" or "</" before something that is no name (or nothing): text
+            return _up_to(s, ">", i + 2), "raw", ""  # "</>" or "</ ...>": dropped by browsers, kept as it is
+        tag = name.group().lower()
+        end = _tag_end(s, name.end())
+        self.tags += 1
+        if self.max_tags is not None and self.tags > self.max_tags:
+            raise TooManyTags(self.max_tags)
+        if not (tag in INLINE and end > 0):
+            return (end if end > 0 else n), "raw", tag
+        if end_tag:
+            return end, "end", tag
+        return end, ("void" if s.startswith("/>", end - 2) else "inline"), tag
 
-    def handle_startendtag(self, tag, attrs):
-        self._at("void" if tag in INLINE and self.inside is None else "raw", tag)
 
-    def handle_endtag(self, tag):
-        self._at("end" if tag in INLINE and self.inside is None else "raw", tag)
-        if tag == self.inside:
-            self.inside = None
+_COMMENT_END = re.compile(r"--!?>")
+_TAG_NAME = re.compile(r"[A-Za-z][^\t\n\f\r />]*+")
+_SPACES = re.compile(r"[\t\n\f\r ]*+")
+_BETWEEN_ATTRIBUTES = re.compile(r"[\t\n\f\r /]*+")
+_ATTRIBUTE_NAME = re.compile(r"[^\t\n\f\r />][^\t\n\f\r />=]*+")
+_BARE_VALUE = re.compile(r"[^\t\n\f\r >]*+")
 
-    def handle_data(self, data):
-        self._at("text" if self.inside is None else "raw")
 
-    def handle_entityref(self, name):
-        self._at("text" if self.inside is None else "raw")
+def _up_to(s: str, char: str, i: int) -> int:
+    """Just after the first ``char`` at or after ``i``; the end of ``s`` when there is none."""
+    at = s.find(char, i)
+    return at + 1 if at >= 0 else len(s)
 
-    def handle_charref(self, name):
-        self._at("text" if self.inside is None else "raw")
 
-    def handle_comment(self, data):
-        self._at("raw")
-
-    def handle_decl(self, decl):
-        self._at("raw")
-
-    def handle_pi(self, data):
-        self._at("raw")
-
-    def unknown_decl(self, data):
-        self._at("raw")
+def _tag_end(s: str, i: int) -> int:
+    """Just after the ``>`` that ends the tag whose name ends at ``i``, past its attributes and
+    their quoted values; -1 when the source ends first (an unclosed tag or quote)."""
+    n = len(s)
+    while True:
+        i = _BETWEEN_ATTRIBUTES.match(s, i).end()
+        if i >= n:
+            return -1
+        if s[i] == ">":
+            return i + 1
+        i = _SPACES.match(s, _ATTRIBUTE_NAME.match(s, i).end()).end()
+        if i >= n:
+            return -1
+        if s[i] != "=":
+            continue  # "/", ">" or the next attribute's name
+        i = _SPACES.match(s, i + 1).end()
+        if i >= n:
+            return -1
+        if s[i] in "\"'":
+            close = s.find(s[i], i + 1)
+            if close < 0:
+                return -1
+            i = close + 1
+        elif s[i] != ">":
+            i = _BARE_VALUE.match(s, i).end()
 
 
 class _Building:
-    """A unit as the scanner reads it: text, and inline tags open or closed."""
+    """A unit as the scanner reads it: text, and inline tags open or closed. Linear in its
+    tags: an end tag finds its start tag by a count of the open ones by name, and a start tag
+    never closed hands its children to its parent at ``finish``, once for all."""
 
     def __init__(self) -> None:
         self.raw: list[str] = []
         self.text: list[str] = []
         self.size = 0
         self.open: list[tuple[str, str, int, int]] = []  # (tag, as written, start, index in marks)
+        self.open_names: dict[str, int] = {}  # tag -> how many of self.open have it
         self.marks: list[Mark | None] = []  # in the order their start tags came (so by start)
-        self.parents: list[int] = []
+        self.parents: list[int] = []  # each mark's parent as written (an unclosed one's children move at finish)
 
     def add(self, kind: str, tag: str, piece: str) -> None:
         self.raw.append(piece)
@@ -278,33 +373,32 @@ class _Building:
             self.size += len(text)
         elif kind == "inline" and tag not in VOID:
             self.open.append((tag, piece, self.size, len(self.marks)))
+            self.open_names[tag] = self.open_names.get(tag, 0) + 1
             self.marks.append(None)
             self.parents.append(parent)
-        elif kind == "end" and any(t == tag for t, _, _, _ in self.open):
+        elif kind == "end" and self.open_names.get(tag):
             while self.open:  # closes the innermost element of that name (those left open inside: see finish)
                 t, written, start, index = self.open.pop()
+                self.open_names[t] -= 1
                 if t == tag:
                     self.marks[index] = Mark(start, self.size, written, piece, self.parents[index])
                     break
-                self._unclosed(index, written, start)
+                self.marks[index] = Mark(start, start, written, "", self.parents[index])  # never closed
         else:  # a void element, or an end tag with no start tag: kept where it stands
             self.marks.append(Mark(self.size, self.size, piece, "", parent))
             self.parents.append(parent)
 
-    def _unclosed(self, index: int, written: str, start: int) -> None:
-        """A start tag never closed: kept where it stood, its children moved to its parent."""
-        parent = self.parents[index]
-        self.marks[index] = Mark(start, start, written, "", parent)
-        for i, p in enumerate(self.parents):
-            if p == index:
-                self.parents[i] = parent
-                if (m := self.marks[i]) is not None:
-                    self.marks[i] = Mark(m.start, m.end, m.open, m.close, parent)
-
     def finish(self) -> list[str | Unit]:
         while self.open:
             _, written, start, index = self.open.pop()
-            self._unclosed(index, written, start)
-        marks = [m for m in self.marks if m is not None]
-        assert len(marks) == len(self.marks)
+            self.marks[index] = Mark(start, start, written, "", self.parents[index])
+        # A start tag never closed is kept where it stood, empty, and the marks inside it belong to
+        # its parent: each mark's parent is its nearest ancestor that was closed (parents come first).
+        marks: list[Mark] = []
+        for m in self.marks:
+            assert m is not None
+            parent = m.parent
+            if parent >= 0 and not marks[parent].close:
+                parent = marks[parent].parent  # already resolved: a closed mark, or -1
+            marks.append(m if parent == m.parent else Mark(m.start, m.end, m.open, m.close, parent))
         return [Unit("".join(self.text), marks, _references("".join(self.raw)), "".join(self.raw))]

@@ -240,6 +240,36 @@ def test_inline_markup_goes_to_the_aligned_words():
     assert _tags(placed) == ['<p>', '<b class="c">', "</b>", '<img src="x.png">', "</p>"]
 
 
+@pytest.mark.parametrize("source, texts", [
+    ("<p>Click OK.<!--" + "<!--" * 50_000, ["Click OK."]),  # comments never closed: one, to the end
+    ("<p>Click OK.</p>" + "<a " * 50_000, ["Click OK."]),  # a tag never closed runs to the end
+    ("<p>Click OK.</p><a href='" + "x' y='" * 30_000, ["Click OK."]),  # so does a quoted value
+    ("<p>Click OK.</p>" + "<![CDATA[" * 30_000 + "<p>Peace.</p>", ["Click OK.", "Peace."]),
+    ("<p>Click OK.</p>" + "<b" * 30_000, ["Click OK."]),
+    ("<p>Click OK.</p>" + "</" * 50_000, ["Click OK."]),  # "</" before no name: a bogus comment, to ">"
+    ("<p>a < b and 3<4 </p><p>x</p>", ["a < b and 3<4", "x"]),  # a "<" that starts no tag is text
+    ('<p title="a > b" alt=it\'s>Click <b class=x>OK</b>.</p><script>if (a<b) s = "</b>";</script>',
+     ["Click OK."]),
+])
+def test_the_html_scan_is_linear_and_gives_back_what_it_was_given(source, texts):
+    """Inputs that html.parser takes quadratic time over (an unclosed comment, tag, quoted
+    value or declaration, repeated: 70 s for 200 KB of "<!--"): the scan follows the HTML
+    standard's tokenizer and reads each character a bounded number of times."""
+    doc = HtmlText(source)
+    assert doc.texts == texts
+    expected = source
+    for text in texts:  # a "<" of the text is escaped in the output
+        expected = expected.replace(text, escape(text))
+    assert doc.render(doc.texts) == expected
+
+
+def test_html_nested_thousands_deep_renders_without_recursion():
+    source = "<div>" + "<span>" * 5_000 + "Click OK." + "</span>" * 5_000 + "</div>"
+    doc = HtmlText(source)
+    assert doc.texts == ["Click OK."] and doc.render(doc.texts) == source
+    assert doc.render(["Klicken Sie auf OK."]) == source.replace("Click OK.", "Klicken Sie auf OK.")
+
+
 def test_languages_lists_every_pair_of_every_model(http):
     r = http.get("/languages")
     assert (r.status_code, r.json()) == (200, [{"code": "de", "name": "German", "targets": ["en"]},
