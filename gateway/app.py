@@ -13,7 +13,8 @@ Endpoints:
     GET  /, /static/... the web page (gateway/static/)
 
 Every error is ``{"error": "message"}`` with the status LibreTranslate uses: 400 for a bad
-request (the server's INVALID_ARGUMENT message passes through), 403 for a missing or wrong
+request (the server's INVALID_ARGUMENT message passes through; a format=html request holding
+more tags than --max-html-tags is refused before any is translated), 403 for a missing or wrong
 API key, 413 for a body over --max-body-bytes, 429 while the server is saturated
 (RESOURCE_EXHAUSTED, with Retry-After), 503 while it cannot be reached or is shutting down
 (UNAVAILABLE, with Retry-After), 504 when the deadline passes, 500 for anything else. The
@@ -53,7 +54,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from cli import LB_POLICY, language, parse_direction
 from gateway.alignment import aligned_placement, translation_alignments
 from gateway.config import GatewayConfig
-from gateway.html_text import HtmlText
+from gateway.html_text import HtmlText, TooManyTags
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 
@@ -362,6 +363,33 @@ async def libre_fields(request: Request, limit: int) -> dict[str, Any]:
     return out
 
 
+# ---------------------------------------------------------------- format=html
+def parse_html(texts: Sequence[str], max_tags: int) -> list[HtmlText]:
+    """Each text's HtmlText; 400 naming the limit when they hold more than ``max_tags`` tags
+    together (the scan stops at the first tag over it)."""
+    documents: list[HtmlText] = []
+    left = max_tags
+    for text in texts:
+        try:
+            documents.append(HtmlText(text, left))
+        except TooManyTags:
+            raise bad_request(f"Invalid request: the html holds more than {max_tags} tags, this gateway's limit "
+                              f"per request (--max-html-tags)") from None
+        left -= documents[-1].tags
+    return documents
+
+
+def render_html(documents: Sequence[HtmlText], answers: Sequence[pb.Translation]) -> list[str]:
+    """Each document with its units' translations (``answers``, in the order of their texts)
+    and their markup placed by the attention."""
+    it = iter(answers)
+    out = []
+    for d in documents:
+        placed = [translation_alignments(unit, next(it)) for unit in d.texts]
+        out.append(d.render([text for text, _ in placed], [aligned_placement(a) for _, a in placed]))
+    return out
+
+
 # ---------------------------------------------------------------- the application
 class Gateway:
     """The endpoints; ``upstream`` is set by the lifespan."""
@@ -444,10 +472,11 @@ class Gateway:
         request = pb.TranslateRequest(source_lang=source, target_lang=target, model=model.name if model else "")
         if fmt == "html":
             # Each unit of running text is translated whole; its inline markup goes back where the
-            # attention says its words went (gateway/alignment.py).
+            # attention says its words went (gateway/alignment.py). Scanning and placing the markup
+            # run in a worker thread: the event loop goes on answering other requests (/healthz).
             request.options.beam_size = beam(1)
             request.options.return_attention = True
-            documents = [HtmlText(t) for t in texts]
+            documents = await asyncio.to_thread(parse_html, texts, self.cfg.max_html_tags)
             units = [u for d in documents for u in d.texts]
             per_call = min(max(1, model.max_texts_per_request) if model else HTML_TEXTS_PER_CALL, HTML_TEXTS_PER_CALL)
             answers: list[pb.Translation] = []
@@ -455,11 +484,7 @@ class Gateway:
                 request.texts[:] = units[i:i + per_call]
                 response = await self.up.translate(request, deadline)
                 answers += list(response.translations)
-            it = iter(zip(units, answers))
-            best = []
-            for d in documents:
-                placed = [translation_alignments(unit, answer) for unit, answer in (next(it) for _ in d.texts)]
-                best.append(d.render([text for text, _ in placed], [aligned_placement(a) for _, a in placed]))
+            best = await asyncio.to_thread(render_html, documents, answers)
             others: list[list[str]] = [[] for _ in texts]  # LibreTranslate gives none for html either
         else:
             # The translation is --beam's, with or without alternatives: up to --beam - 1 of them

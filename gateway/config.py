@@ -51,6 +51,10 @@ class GatewayConfig(Settings):
                                    "X-Timeout-Seconds header may lower it")
     max_body_bytes: int = setting(1024 * 1024, "the largest request body in bytes; a larger one is answered "
                                                "413")
+    max_html_tags: int = setting(10_000, "tags (start, end and self-closing) that the texts of one format=html "
+                                         "request may hold together; a request with more is answered 400 as soon "
+                                         "as its scan reaches one over (placing the markup back is work for each "
+                                         "tag)")
     beam: int = setting(BEAM_SIZE, "beam size of /translate (LibreTranslate's API, which has no such option), "
                                 "raised to alternatives + 1 when more alternatives are asked for, at most the "
                                 "server's largest beam; /v1/translate takes beam_size per request")
@@ -87,6 +91,8 @@ class GatewayConfig(Settings):
             out.append(f"{flag('timeout')} is {self.timeout}; it must be a number of seconds above 0")
         if self.max_body_bytes < 1024:
             out.append(f"{flag('max_body_bytes')} is {self.max_body_bytes}; it must be at least 1024")
+        if self.max_html_tags < 1:
+            out.append(f"{flag('max_html_tags')} is {self.max_html_tags}; it must be at least 1")
         if self.beam < 1:
             out.append(f"{flag('beam')} is {self.beam}; it must be at least 1")
         out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)
