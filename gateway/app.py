@@ -13,8 +13,9 @@ Endpoints:
     GET  /, /static/... the web page (gateway/static/)
 
 Every error is ``{"error": "message"}`` with the status LibreTranslate uses: 400 for a bad
-request (the server's INVALID_ARGUMENT message passes through; a format=html request holding
-more tags than --max-html-tags is refused before any is translated), 403 for a missing or wrong
+request (the server's INVALID_ARGUMENT message passes through; with format=html it names the
+paragraph it is about, "q, paragraph 18", and a request holding more tags than
+--max-html-tags is refused before any is translated), 403 for a missing or wrong
 API key, 413 for a body over --max-body-bytes, 429 while the server is saturated
 (RESOURCE_EXHAUSTED, with Retry-After), 503 while it cannot be reached or is shutting down
 (UNAVAILABLE, with Retry-After), 504 when the deadline passes, 500 for anything else. The
@@ -390,6 +391,22 @@ def render_html(documents: Sequence[HtmlText], answers: Sequence[pb.Translation]
     return out
 
 
+SERVER_TEXT_INDEX = re.compile(r"texts\[(\d+)\]")  # how the server names the text an error is about
+
+
+def in_document(error: GatewayError, places: Sequence[tuple[int, int]], listed: bool) -> GatewayError:
+    """The server's error about one of the units of an html call, naming the unit by its place
+    in the request instead of in that call: "texts[1]" becomes "q, paragraph 18" (or
+    "q[2], paragraph 18" when q is a list), a paragraph being a document's block of running
+    text (a <p>, an <li>, a cell...), counted from 1 in that document."""
+    m = SERVER_TEXT_INDEX.match(error.message)
+    if error.status != 400 or m is None or int(m.group(1)) >= len(places):
+        return error
+    document, paragraph = places[int(m.group(1))]
+    where = f"q[{document}], paragraph {paragraph + 1}" if listed else f"q, paragraph {paragraph + 1}"
+    return GatewayError(error.status, where + error.message[m.end():], error.headers)
+
+
 # ---------------------------------------------------------------- the application
 class Gateway:
     """The endpoints; ``upstream`` is set by the lifespan."""
@@ -478,11 +495,15 @@ class Gateway:
             request.options.return_attention = True
             documents = await asyncio.to_thread(parse_html, texts, self.cfg.max_html_tags)
             units = [u for d in documents for u in d.texts]
+            places = [(d, j) for d, doc in enumerate(documents) for j in range(len(doc.texts))]
             per_call = min(max(1, model.max_texts_per_request) if model else HTML_TEXTS_PER_CALL, HTML_TEXTS_PER_CALL)
             answers: list[pb.Translation] = []
             for i in range(0, len(units), per_call):
                 request.texts[:] = units[i:i + per_call]
-                response = await self.up.translate(request, deadline)
+                try:
+                    response = await self.up.translate(request, deadline)
+                except GatewayError as e:
+                    raise in_document(e, places[i:i + per_call], isinstance(q, list)) from None
                 answers += list(response.translations)
             best = await asyncio.to_thread(render_html, documents, answers)
             others: list[list[str]] = [[] for _ in texts]  # LibreTranslate gives none for html either

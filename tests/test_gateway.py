@@ -337,6 +337,19 @@ def test_health_answers_while_an_html_request_is_scanned(gw, monkeypatch):
         assert pending.result().status_code == 200
 
 
+def test_an_html_error_names_the_paragraph_in_the_document(server, http):
+    """A paragraph over the server's 500 characters is named by its place in the document (the
+    server sees 16 paragraphs a call and said texts[1] of the 18th)."""
+    long = ("Jesus wept. " * 50).strip()
+    page = "<p>Jesus wept.</p>" * 17 + f"<p>{long}</p>" + "<p>Peace be with you.</p>" * 2
+    r = http.post("/translate", json={"q": page, "source": "en", "target": "de", "format": "html"})
+    assert (r.status_code, r.json()) == (400, {"error": f"q, paragraph 18: {len(long)} characters; the limit is 500"})
+    r = http.post("/translate", json={"q": ["<p>Peace be with you.</p>", page], "source": "en", "target": "de",
+                                      "format": "html"})
+    assert (r.status_code, r.json()) == (400, {"error": f"q[1], paragraph 18: {len(long)} characters; the limit is "
+                                                        f"500"})
+
+
 def test_languages_lists_every_pair_of_every_model(http):
     r = http.get("/languages")
     assert (r.status_code, r.json()) == (200, [{"code": "de", "name": "German", "targets": ["en"]},
