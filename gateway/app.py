@@ -358,8 +358,9 @@ async def libre_fields(request: Request, limit: int) -> dict[str, Any]:
                           f"application/x-www-form-urlencoded or multipart/form-data")
     out: dict[str, Any] = {k: v[0] for k, v in fields.items() if k != "q"}
     if "q" in fields:
-        # Form text: line endings normalized to LF (as LibreTranslate does; RFC 2046 sends CRLF).
-        q = ["\n".join(x.splitlines()) for x in fields["q"]]
+        # The text as sent, every character kept: the same text answers the same whatever the
+        # encoding (a line or paragraph separator, a form feed or CRLF is not rewritten to LF).
+        q = fields["q"]
         out["q"] = q[0] if len(q) == 1 else q
     return out
 

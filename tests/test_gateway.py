@@ -103,6 +103,21 @@ def test_translate_json_form_and_multipart_give_the_servers_translation(server, 
     assert (r.status_code, r.json()) == (200, {"translatedText": expected})
 
 
+def test_the_same_text_gets_the_same_answer_in_json_form_and_multipart(http):
+    """A form's q is the text as sent: its separators (U+2028, a form feed, CRLF) were rewritten
+    to LF by str.splitlines, so the form's answer differed from the JSON one."""
+    text = "Jesus wept.\u2028Peace be with you.\fAll things were made through him.\r\nIn the beginning was the Word."
+    fields = {"q": text, "source": "en", "target": "de"}
+    expected = http.post("/translate", json=fields)
+    assert expected.status_code == 200
+    for r in (http.post("/translate", data=fields),
+              http.post("/translate", files={k: (None, v) for k, v in fields.items()}),
+              http.post("/translate", data={**fields, "q": [text, "Jesus wept."]})):
+        assert r.status_code == 200
+        answer = r.json()["translatedText"]
+        assert (answer if isinstance(answer, str) else answer[0]) == expected.json()["translatedText"]
+
+
 def test_a_list_q_gives_a_list_in_order(server, http):
     expected = [t.hypotheses[0].text for t in grpc_translate(server, *TEXTS, beam_size=4).translations]
     r = http.post("/translate", json={"q": TEXTS, "source": "en", "target": "de"})
