@@ -16,6 +16,10 @@ accept loop's tracebacks grew the log by 150 MB in 40 s.
   the previous response, on a kept-alive connection): a client that sent part of them gets
   408, one that sent nothing is closed.
 - Its body must be in within ``body_seconds`` of its headers: 408, closed.
+- A request with both Content-Length and Transfer-Encoding is answered 400 and its connection
+  closed, before the application sees it (RFC 9112, 6.1: such a request is how requests are
+  smuggled past a proxy that reads its length the other way; h11 would go by
+  Transfer-Encoding and keep the connection open).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE, H11Protocol
 
 log = logging.getLogger("nmt.http")
 FLOOD_LOG_EVERY = 10.0  # seconds between two log lines about refused or timed-out connections
@@ -65,6 +69,7 @@ class ConnectionGuard:
                                          f"{self.header_seconds:g} s (--header-seconds)")
         self.slow_body = raw_response(408, "Request Timeout", f"the request's body did not arrive within "
                                       f"{self.body_seconds:g} s of its headers (--body-seconds)")
+        self.ambiguous_length = raw_response(400, "Bad Request", AMBIGUOUS_LENGTH)
 
     def note(self, what: str) -> None:
         """Count a refused or timed-out connection; log the counts at most every FLOOD_LOG_EVERY s."""
@@ -84,10 +89,44 @@ class ConnectionGuard:
             self._logged_at = now
 
 
+AMBIGUOUS_LENGTH = ("Invalid request: it has both Content-Length and Transfer-Encoding, which make the length of "
+                    "its body ambiguous (RFC 9112, 6.1); send one of them")
+
+
+class FramingChecked(h11.Connection):
+    """h11's connection, refusing a request that carries both Content-Length and
+    Transfer-Encoding: a RemoteProtocolError, for which uvicorn closes the connection."""
+
+    refused = False  # whether it refused a request for that
+
+    def next_event(self):  # type: ignore[no-untyped-def]
+        event = super().next_event()
+        if isinstance(event, h11.Request):
+            names = {name for name, _ in event.headers}  # h11 gives them in lower case
+            if b"content-length" in names and b"transfer-encoding" in names:
+                self.refused = True
+                raise h11.RemoteProtocolError(AMBIGUOUS_LENGTH, error_status_hint=400)
+        return event
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol under a ConnectionGuard (``guard`` is set by protocol_class)."""
 
     guard: ConnectionGuard
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        size = self.config.h11_max_incomplete_event_size
+        self.conn = FramingChecked(h11.SERVER, DEFAULT_MAX_INCOMPLETE_EVENT_SIZE if size is None else size)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request h11 cannot read; our JSON one to a request refused for
+        its ambiguous length. Either closes the connection: nothing after it is read."""
+        if not isinstance(self.conn, FramingChecked) or not self.conn.refused:
+            super().send_400_response(msg)
+            return
+        self.transport.write(self.guard.ambiguous_length)
+        self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         guard = self.guard

@@ -132,6 +132,32 @@ def test_slow_headers_and_slow_bodies_are_408(gw):
     wait_until(lambda: guard(gw).open == 0)
 
 
+def test_a_request_with_both_content_length_and_transfer_encoding_is_400_and_closed(gw):
+    """RFC 9112, 6.1: such a request's length is ambiguous (the way requests are smuggled past
+    a proxy that reads it the other way); it was answered and its connection kept, so the
+    GET pipelined after it was answered too. Now: 400, Connection: close, nothing more read."""
+    for body in (b"0\r\n\r\n", b"{}"):
+        with connect(gw) as s:
+            s.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%s"
+                      b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % (len(body), body))
+            data = b""
+            while chunk := s.recv(65536):  # until the gateway closes the connection
+                data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
+        assert b"\r\nConnection: close" in head
+        assert json.loads(rest) == {"error": "Invalid request: it has both Content-Length and Transfer-Encoding, "
+                                             "which make the length of its body ambiguous (RFC 9112, 6.1); send one "
+                                             "of them"}
+        assert data.count(b"HTTP/1.1 ") == 1  # the pipelined GET was not answered
+    with connect(gw) as s:  # either header alone is served as before
+        s.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
+        assert answer(s) == (400, {"error": "Invalid request: missing q parameter"})
+    wait_until(lambda: guard(gw).open == 0)
+
+
 def test_accept_failures_are_one_line_without_the_traceback():
     f = AcceptErrors()
     records = []
