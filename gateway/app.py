@@ -176,6 +176,24 @@ class Upstream:
     async def close(self) -> None:
         await self.channel.close()
 
+    async def probe(self) -> None:
+        """At start-up: one warning line when the server does not answer its health check (the
+        gateway starts all the same, and reaches the server as soon as it is up)."""
+        try:
+            response = await self.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=READY_TIMEOUT,
+                                               metadata=self.metadata)
+        except grpc.aio.AioRpcError as e:
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                log.warning("no gRPC server answers at %s yet; requests will get 503 until it does (%s)",
+                            self.address, e.code().name)
+            else:
+                log.warning("the gRPC server at %s refused its health check: %s: %s", self.address, e.code().name,
+                            e.details())
+            return
+        if response.status != health_pb2.HealthCheckResponse.SERVING:
+            log.info("the gRPC server at %s answers but is not serving yet (%s)", self.address,
+                     health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
+
     async def call(self, method, message, deadline: Deadline):
         """One unary call with the request's deadline; GatewayError when it fails."""
         try:
@@ -420,6 +438,7 @@ class Gateway:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.upstream = Upstream(self.cfg, self.grpc_token)
         log.info("translating with the gRPC server at %s", self.cfg.grpc_address)
+        await self.upstream.probe()
         try:
             yield
         finally:

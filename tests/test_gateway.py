@@ -506,10 +506,14 @@ def test_health_and_readiness_follow_the_server(server, http):
     assert http.get("/readyz").status_code == 200
 
 
-def test_no_server_is_503_and_not_ready():
+def test_no_server_is_503_and_not_ready(caplog):
+    caplog.set_level(logging.INFO, logger="nmt.http")
     port = free_port()  # nothing listens there
     g = GatewayThread(GatewayConfig(grpc_address=f"127.0.0.1:{port}"))
     try:
+        # It starts all the same, and says so once (it started silently).
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+            f"no gRPC server answers at 127.0.0.1:{port} yet; requests will get 503 until it does (UNAVAILABLE)"]
         assert g.client.get("/healthz").status_code == 200  # the gateway itself is up
         r = g.client.get("/readyz")
         assert r.status_code == 503 and r.json()["status"] == "UNREACHABLE"
