@@ -7,11 +7,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_INTERACTIVE: _ClassVar[Priority]
+    PRIORITY_BULK: _ClassVar[Priority]
+
 class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STOP_REASON_UNSPECIFIED: _ClassVar[StopReason]
     STOP_REASON_END_OF_SENTENCE: _ClassVar[StopReason]
     STOP_REASON_LENGTH_LIMIT: _ClassVar[StopReason]
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_INTERACTIVE: Priority
+PRIORITY_BULK: Priority
 STOP_REASON_UNSPECIFIED: StopReason
 STOP_REASON_END_OF_SENTENCE: StopReason
 STOP_REASON_LENGTH_LIMIT: StopReason
@@ -35,20 +44,22 @@ class DecodingOptions(_message.Message):
     def __init__(self, beam_size: _Optional[int] = ..., length_penalty: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., num_hypotheses: _Optional[int] = ..., return_scores: _Optional[bool] = ..., return_attention: _Optional[bool] = ..., no_sentence_split: _Optional[bool] = ...) -> None: ...
 
 class TranslateRequest(_message.Message):
-    __slots__ = ("texts", "source_lang", "target_lang", "model", "options", "request_id")
+    __slots__ = ("texts", "source_lang", "target_lang", "model", "options", "request_id", "priority")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_LANG_FIELD_NUMBER: _ClassVar[int]
     TARGET_LANG_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     texts: _containers.RepeatedScalarFieldContainer[str]
     source_lang: str
     target_lang: str
     model: str
     options: DecodingOptions
     request_id: str
-    def __init__(self, texts: _Optional[_Iterable[str]] = ..., source_lang: _Optional[str] = ..., target_lang: _Optional[str] = ..., model: _Optional[str] = ..., options: _Optional[_Union[DecodingOptions, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    priority: Priority
+    def __init__(self, texts: _Optional[_Iterable[str]] = ..., source_lang: _Optional[str] = ..., target_lang: _Optional[str] = ..., model: _Optional[str] = ..., options: _Optional[_Union[DecodingOptions, _Mapping]] = ..., request_id: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
 
 class Hypothesis(_message.Message):
     __slots__ = ("text", "score", "source_pieces", "target_pieces", "attention", "num_tokens", "stop_reason")
