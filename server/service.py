@@ -34,7 +34,7 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import segment
 from server.config import ServerConfig
 from server.metrics import Metrics
-from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, QueueFull, Scheduler, Ticket
+from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, Priority, QueueFull, Scheduler, Ticket
 
 log = logging.getLogger("nmt.server")
 DEADLINE_SLACK = 0.1  # seconds: a cancellation this close to the deadline is the deadline
@@ -370,7 +370,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         jobs = [x.job for p in plans for x in p]
         tickets: list[Ticket] = []
         try:
-            tickets = model.scheduler.submit_all(jobs, deadline) if jobs else []
+            tickets = model.scheduler.submit_all(jobs, deadline, priority=Priority.of(request.priority)) if jobs else []
             results = await asyncio.gather(*(asyncio.wrap_future(t.future) for t in tickets))
         except QueueFull as e:
             self._cancel(model, tickets)

@@ -9,13 +9,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.decoding import DecodeOptions, Job
+from engine.decoding import DecodeOptions, Job, decode_all
 from engine.defaults import BOS_ID, EOS_ID, PAD_ID
 from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
+from nmt.v1 import translator_pb2 as pb
 from server.metrics import Metrics
-from server.scheduler import DeadlineExpired, JobCancelled, Scheduler, SchedulerLimits
-from tests.server_harness import wait_until
+from server.scheduler import DeadlineExpired, JobCancelled, Priority, Scheduler, SchedulerLimits, Ticket
+from tests.server_harness import TEXTS, ServerThread, request, wait_until
 
 
 @pytest.fixture(scope="module", params=["off", "on"], ids=["host-caches", "resident-caches"])
@@ -89,7 +90,7 @@ def test_cancelled_staged_jobs_free_their_rows_for_the_queue(runtime):
         running = [s.submit(job(250)) for _ in range(2)]
         wait_until(lambda: s.in_flight == 2)
         staged = [s.submit(job(250)) for _ in range(2)]
-        wait_until(lambda: len(s._ready) == 2)
+        wait_until(lambda: s.encoded == 2)
         waiting = s.submit(job())
         for t in running + staged:
             s.cancel(t)
@@ -104,7 +105,7 @@ def test_a_waiting_job_expires_at_its_deadline_while_the_batch_is_full(runtime):
         busy = [s.submit(job(250, beam=4)) for _ in range(2)]
         wait_until(lambda: s.in_flight == 2)
         s.submit(job(250, beam=4))  # staged
-        wait_until(lambda: len(s._ready) == 1)
+        wait_until(lambda: s.encoded == 1)
         start = time.monotonic()
         waiting = s.submit(job(), deadline=start + 0.05)
         with pytest.raises(DeadlineExpired):
@@ -132,3 +133,118 @@ def test_in_flight_and_queue_gauges_return_to_zero_after_cancellations(runtime):
         wait_until(lambda: s.in_flight == 0)
         assert gauge("nmt_in_flight_sequences") == 0  # stayed at 4 before: set only after a step
         assert gauge("nmt_queued_texts") == 0
+
+
+# ------------------------------------------------------------ fair admission
+def finishing_order(*requests: list[Ticket]) -> list[tuple[int, int]]:
+    """Wait for every ticket and return (request index, job index) in the order they were
+    resolved (by the decoding thread, one at a time)."""
+    order: list[tuple[int, int]] = []
+    for r, tickets in enumerate(requests):
+        for i, t in enumerate(tickets):
+            t.future.add_done_callback(lambda _, key=(r, i): order.append(key))
+    concurrent.futures.wait([t.future for tickets in requests for t in tickets], timeout=120)
+    assert len(order) == sum(map(len, requests))
+    return order
+
+
+def test_a_one_sentence_request_is_not_held_behind_another_requests_bulk_work(runtime):
+    """The issue: a one-sentence request sent just after a 1,024-sentence one finished with
+    it (admission was first in, first out). The 40 bulk jobs take 10 turns of the batch (each
+    job 20 steps); the single sentence joins when the first rows free up, so it finishes
+    while most of the bulk request still waits, and it decodes what it decodes alone."""
+    with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=4, max_queue=64) as s:
+        bulk = s.submit_all([job(20) for _ in range(40)], priority=Priority.BULK)
+        wait_until(lambda: s.in_flight == 4)
+        done_before = sum(t.future.done() for t in bulk)
+        single = s.submit(job())
+        order = finishing_order(bulk, [single])
+    position = order.index((1, 0))
+    # Before it: what had finished when it came, the jobs running then (one turn of the batch),
+    # and at most two more turns (a loaded machine may run a few steps before it is sent).
+    assert position <= done_before + 12, (position, done_before)
+    assert len(order) - position >= 20  # first in, first out: it came last
+    assert single.future.result()[0].tokens == decode_all(runtime, [job()])[0][0].tokens
+
+
+def test_requests_of_one_priority_share_the_batch_in_turns(runtime):
+    """Two requests of the same priority, the second sent while the first holds the batch:
+    their jobs alternate once the first's running jobs finish (round robin), instead of the
+    second's starting after the first's last."""
+    with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=2, max_queue=64) as s:
+        first = s.submit_all([job(10) for _ in range(12)])
+        wait_until(lambda: s.in_flight == 2)
+        second = s.submit_all([job(10) for _ in range(12)])
+        order = finishing_order(first, second)
+    firsts = [i for i, (r, _) in enumerate(order) if r == 0]
+    seconds = [i for i, (r, _) in enumerate(order) if r == 1]
+    assert seconds[0] < firsts[5]  # FIFO: 12
+    assert firsts[-1] > seconds[5]  # FIFO: the first request's last job before any of the second's
+    # Each request's own jobs finish in their order (equal lengths, taken in order).
+    assert [i for r, i in order if r == 0] == list(range(12))
+
+
+def test_interactive_work_joins_before_bulk_work_that_came_first(runtime):
+    """A bulk request holds the batch; another bulk request, then an interactive one, arrive.
+    The interactive one joins first; among equals the older would have."""
+    with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=2, max_queue=64) as s:
+        busy = s.submit_all([job(10) for _ in range(4)], priority=Priority.BULK)
+        wait_until(lambda: s.in_flight == 2)
+        later_bulk = s.submit_all([job(10) for _ in range(4)], priority=Priority.BULK)
+        interactive = s.submit_all([job(10)], priority=Priority.INTERACTIVE)
+        order = finishing_order(busy, later_bulk, interactive)
+    assert order.index((2, 0)) < order.index((1, 0))
+
+
+def test_bulk_work_waits_at_most_its_bound_behind_interactive_work(runtime):
+    """An interactive request of many jobs keeps the one-row batch busy; a bulk job sent after
+    it ranks as interactive once it has waited ``bulk_wait`` and then gets the next turn,
+    instead of waiting for every interactive job (which it does with an unbounded wait)."""
+    for bulk_wait, joins_early in ((0.05, True), (float("inf"), False)):
+        with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=1, max_queue=64,
+                                                    bulk_wait=bulk_wait) as s:
+            interactive = s.submit_all([job(30) for _ in range(8)], priority=Priority.INTERACTIVE)
+            wait_until(lambda: s.in_flight == 1)
+            bulk = s.submit_all([job(5)], priority=Priority.BULK)
+            order = finishing_order(interactive, bulk)
+        assert (order.index((1, 0)) <= 3) is joins_early, order
+
+
+def test_a_beam_job_that_waits_for_rows_is_not_passed_by_one_row_jobs(runtime):
+    """Rows free up one at a time; the beam-4 job ranked first waits until four are free,
+    and the one-row jobs of another request do not take them one by one before it."""
+    with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=4, max_queue=64) as s:
+        busy = [s.submit(job(10 + 5 * i)) for i in range(4)]  # rows free up one at a time
+        wait_until(lambda: s.in_flight == 4)
+        beam = s.submit_all([job(10, beam=4)])
+        singles = s.submit_all([job(10) for _ in range(8)])
+        order = finishing_order(busy, beam, singles)
+    assert order.index((1, 0)) < order.index((2, 0))
+
+
+def test_a_requests_priority_goes_from_the_wire_to_the_scheduler(tiny_package):
+    """Through the server: a bulk request (PRIORITY_BULK) of 32 texts holds the 4-row batch; a
+    one-sentence request sent after it (no priority: interactive) is answered while the bulk
+    one is still being decoded."""
+    server = ServerThread(tiny_package, max_batch_rows=4, max_beam=4)
+    try:
+        scheduler, seen = server.scheduler, []
+        real = scheduler.submit_all
+
+        def record(jobs, deadline=None, **kwargs):
+            seen.append(kwargs.get("priority"))
+            return real(jobs, deadline, **kwargs)
+
+        scheduler.submit_all = record
+        stub = server.stub()
+        with slow_steps(scheduler.rt):
+            bulk = stub.Translate.future(pb.TranslateRequest(texts=[TEXTS[1]] * 32, source_lang="en", target_lang="de",
+                                                             priority=pb.PRIORITY_BULK), timeout=120)
+            wait_until(lambda: scheduler.in_flight == 4)
+            single = stub.Translate(request(TEXTS[0]), timeout=60)
+            assert not bulk.done()
+            assert len(bulk.result().translations) == 32
+        assert single.translations[0].hypotheses[0].text
+        assert seen == [Priority.BULK, Priority.INTERACTIVE]
+    finally:
+        server.stop()
