@@ -198,11 +198,13 @@ def decoding_options(beam_size: int = BEAM_SIZE, num_hypotheses: int = 1, length
 
 
 def make_request(texts: Sequence[str], source: str, target: str, model: str = "", request_id: str = "",
-                 **options) -> pb.TranslateRequest:
+                 priority: int = pb.PRIORITY_UNSPECIFIED, **options) -> pb.TranslateRequest:
+    """``priority``: pb.PRIORITY_INTERACTIVE (what UNSPECIFIED means) or pb.PRIORITY_BULK (files and
+    batches: the server admits interactive work ahead of it)."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings, not one string")
     return pb.TranslateRequest(texts=list(texts), source_lang=source, target_lang=target, model=model,
-                               request_id=request_id, options=decoding_options(**options))
+                               request_id=request_id, priority=priority, options=decoding_options(**options))
 
 
 _STOP_REASONS = {r.value: r for r in StopReason}
@@ -326,7 +328,8 @@ class TranslatorClient:
                   timeout: float | None = None, **options) -> list[Translation]:
         """One translation per text, in order. ``options``: beam_size, num_hypotheses,
         length_penalty, max_output_tokens, return_scores, return_attention, no_sentence_split
-        (the server splits every text into sentences unless it is set)."""
+        (the server splits every text into sentences unless it is set), and the request's
+        priority (make_request)."""
         if not texts:
             return []
         response = self._unary("Translate", make_request(texts, source, target, model, **options), timeout)
