@@ -115,6 +115,10 @@ class Job:
     # Tokens fed after bos before the search chooses any (NLLB's target-language code): forced,
     # scored 0, not part of the output, not counted against max_len or min_len.
     prefix: tuple[int, ...] = ()
+    # Ids the search never outputs (pad never is either): the server bans every id that is not
+    # text but eos and the source's own placeholders (language tags, control pieces, made-up
+    # placeholders), so none of them can reach a translation. Each job's own, so batch-invariant.
+    banned: tuple[int, ...] = ()
     id: int = field(default_factory=lambda: next(_ids))
     step: int = 0  # tokens fed so far (the position of the next one)
     done: bool = False
@@ -558,6 +562,7 @@ class Batch:
             logp[:, self.jobs[0].pad] = NEG_INF  # pad is no token (training never asks for it): never output
         else:  # the shortlist holds no pad, and eos always
             eos = int(np.searchsorted(ids, eos))
+        ban(logp, self.jobs, self.rows_of, ids)
         early = [self.rows_of[j.id] for j in self.jobs if j.no_eos]
         if early:  # no eos before a job's min_len
             logp[np.concatenate(early), eos] = NEG_INF
@@ -727,19 +732,29 @@ class ResidentBatch:
                 scores[self.rows_of[j.id]] = j.scores
             if j.no_eos:  # no eos before a job's min_len
                 ban[self.rows_of[j.id]] = True
-        k = min(max(1 if j.k == 1 else 2 * j.k for j in self.jobs), rt.package.dims.vocab_size)
+        # Banned ids are dropped from the candidates on the host: K leaves room for them.
+        k = min(max(1 if j.k == 1 else 2 * j.k for j in self.jobs) + max(len(j.banned) for j in self.jobs),
+                rt.package.dims.vocab_size)
         attention = any(j.options.attention for j in self.jobs)
         to_host = (contract.TOP_VALUES, contract.TOP_IDS) + ((contract.CROSS_ATTENTION,) if attention else ())
         out = self._run(slice(None), (*self.cross_k, *self.cross_v, *self.cache_k, *self.cache_v), self.reorder,
                         input_ids, positions, scores, ban, k, to_host)
         values, ids = out[0].numpy(), out[1].numpy()
+        first = np.zeros(n, dtype=np.int64)  # each row's best candidate that is not banned
+        if any(j.banned for j in self.jobs):
+            values = values.copy()
+            for j in self.jobs:
+                if j.banned:
+                    rows = self.rows_of[j.id]
+                    values[rows] = np.where(np.isin(ids[rows], j.banned), NEG_INF, values[rows])
+            first = np.argmax(values > NEG_INF, axis=1)
         layers = rt.n_layers
         self.cache_k, self.cache_v = out[3:3 + layers], out[3 + layers:]
         self.past_mask = np.concatenate([self.past_mask, np.ones((n, 1), dtype=bool)], axis=1)
         self.reorder = np.arange(n, dtype=np.int64)
         finished, copy_to, copy_from = advance_jobs(
             self.jobs, self.rows_of, out[2].numpy() if attention else None,
-            lambda row: (int(ids[row, 0]), values[row, 0]),
+            lambda row: (int(ids[row, first[row]]), values[row, first[row]]),
             lambda job, rows, attn: job.advance_top(values[rows], ids[rows], attn))
         if copy_to:  # a parent's second child continues its parent's cache: the next step gathers it
             self.reorder[copy_to] = copy_from
@@ -768,6 +783,21 @@ class ResidentBatch:
 def new_batch(runtime: Runtime) -> Batch | ResidentBatch:
     """The running batch for ``runtime``: device-resident when its sessions are."""
     return ResidentBatch(runtime) if runtime.resident else Batch(runtime)
+
+
+def ban(logp: np.ndarray, jobs: list[Job], rows_of: dict[int, np.ndarray], ids: np.ndarray | None) -> None:
+    """Every job's banned ids at -inf in its rows of ``logp`` (with a shortlist ``ids``, the
+    columns of those it scores); jobs that ban the same ids share one assignment."""
+    groups: dict[tuple[int, ...], list[np.ndarray]] = {}
+    for j in jobs:
+        if j.banned:
+            groups.setdefault(j.banned, []).append(rows_of[j.id])
+    for banned, rows in groups.items():
+        cols = np.asarray(banned, dtype=np.int64)
+        if ids is not None:
+            at = np.searchsorted(ids, cols).clip(max=ids.size - 1)
+            cols = at[ids[at] == cols]
+        logp[np.concatenate(rows)[:, None], cols[None, :]] = NEG_INF
 
 
 def row_inputs(jobs: list[Job], rows_of: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, int | None]:

@@ -33,10 +33,10 @@ def setup(tiny_package, tiny_checkpoint):
     return rt, model, ckpt_io.load_tokenizer(ckpt)
 
 
-def job(tok, text: str, max_len: int = 0, **opts) -> Job:
+def job(tok, text: str, max_len: int = 0, banned: tuple[int, ...] = (), **opts) -> Job:
     src = tok.encode_source(text, "de")
     return Job(src, DecodeOptions(**opts), max_len=max_len or default_max_len(len(src), 255), bos=BOS_ID,
-               eos=EOS_ID, pad=PAD_ID)
+               eos=EOS_ID, pad=PAD_ID, banned=banned)
 
 
 def reference_greedy(model, tok, text):
@@ -123,6 +123,31 @@ def test_staggered_joins_mixed_greedy_and_beam_give_the_solo_results(setup):
         assert slots == whole_vectors(slots) and width == whole_vectors(width)
     for j, s in zip(jobs, solo):
         assert [h.tokens for h in j.result] == [h.tokens for h in s]
+
+
+def test_banned_ids_are_never_output_alone_in_a_batch_or_in_the_resident_batch(setup, tiny_package):
+    """A job's banned ids (the server's: language tags, control pieces, placeholders its source
+    lacks) are never chosen, by greedy or beam search, on either batch; the other rows of the
+    batch decode as they would alone (the ban is each job's own)."""
+    rt, _, tok = setup
+    resident = Runtime(ModelPackage.load(tiny_package), RuntimeOptions(device="cpu", threads=1, resident="on"))
+    assert resident.resident and not rt.resident
+    texts = TEXTS[:4]
+    free = [hyps[0].tokens for hyps in decode_all(rt, [job(tok, t) for t in texts])]
+    # Ban what each text's free output started with (and one of its tags): it must go another way.
+    bans = [tuple(sorted({tokens[0], tok.tag_id("en")})) for tokens in free]
+    assert all(tokens for tokens in free)
+    for runtime in (rt, resident):
+        for opts in ({}, {"beam_size": 3, "n_best": 3}):
+            alone = [decode_all(runtime, [job(tok, t, banned=b, **opts)])[0] for t, b in zip(texts, bans)]
+            for hyps, b in zip(alone, bans):
+                assert hyps and all(not set(h.tokens) & set(b) for h in hyps)
+            mixed = decode_all(runtime, [job(tok, t, banned=b, **opts) for t, b in zip(texts, bans)] +
+                               [job(tok, t, **opts) for t in texts])
+            assert [[h.tokens for h in hyps] for hyps in mixed[:4]] == [[h.tokens for h in hyps] for hyps in alone]
+            if not opts:
+                assert [hyps[0].tokens for hyps in mixed[4:]] == free
+                assert all(hyps[0].tokens[0] != tokens[0] for hyps, tokens in zip(alone, free))
 
 
 def test_beams_share_their_source_until_a_job_of_another_beam_size_joins(setup):
