@@ -193,3 +193,24 @@ def test_catalogs_from_a_real_deb(tmp_path: Path) -> None:
                      "Seht nur! Räuber streifen durch diese Wälder."),
                     ("test", key, "Open", "Öffnen"), ("test", key, "Save %s", "%s speichern")]
     assert [r[2:] for r in catalogs.rows("fr", ("wesnoth-1.16-tsg",), cache=tmp_path)] == [("Yes", "Oui")]
+
+
+def test_pack_and_unpack_carry_the_pairs_to_another_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from corpus import build
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    lists_folder(here)
+    ddtp.descriptions.cache_clear()
+    ddtp.package_sources.cache_clear()
+    monkeypatch.setitem(debian_text.READERS, "debian-catalogs", lambda lang, cache: iter(()))
+    monkeypatch.setenv("NMT_CACHE", str(here))
+    archive = tmp_path / "corpus.tar.xz"
+    assert build.main(["--sources", "debian", "--languages", "de", "--pack", str(archive)]) == 0
+    assert f"packed debian-v{debian_text.CACHE_VERSION} into {archive}" in capsys.readouterr().out
+    monkeypatch.setenv("NMT_CACHE", str(there))
+    assert build.main(["--unpack", str(archive)]) == 0
+    assert debian_text.read_rows("debian-descriptions", "train", "de", cache=there) == \
+        debian_text.read_rows("debian-descriptions", "train", "de", cache=here)
+    assert build.main(["--unpack", str(tmp_path / "missing.tar.xz")]) == 2
+    assert "--unpack" in capsys.readouterr().err
