@@ -9,19 +9,30 @@ without protection (``Protector.enabled`` is False).
 
 Training applies the same rule to its pairs (``protect_pair``): a span found in the source
 that also occurs in the target is replaced on both sides, so the model learns that every
-placeholder in its input appears once in its output. At serving time every span is replaced;
-a placeholder the model dropped is appended at the end of the output, so nothing the user
-sent is lost. Only numpy-free standard library here: the engine, the server and training
-share it.
+placeholder in its input appears once in its output. At serving time a sentence's spans are
+all replaced when it has at most ``MAX_PROTECTED`` of them (what the shipped model copies
+reliably: with 9 numbers it wrote one placeholder twice and left another out), and none
+when it has more. Nothing here trusts the model: the server checks that every placeholder
+came back exactly once (``restore_checked``) and that a translation holds no number its source
+lacks and, where the model has the placeholders, every span of its source (``faithful``), and
+otherwise translates the sentence again with its spans as text, or gives it back as it was
+(server/service.py, docs/UNICODE.md).
+Only the standard library here: the engine, the server and training share it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-MAX_PLACEHOLDERS = 12
+MAX_PLACEHOLDERS = 12  # the symbols a vocabulary with placeholders has: <ph1> .. <ph12>
+# The most spans one sentence gets placeholders for when it is served (protect); a sentence with
+# more is translated with all of its spans as text, and checked (faithful). Training pairs keep
+# up to MAX_PLACEHOLDERS (protect_pair), but few have more than a handful.
+MAX_PROTECTED = 8
 SYMBOLS: tuple[str, ...] = tuple(f"<ph{i}>" for i in range(1, MAX_PLACEHOLDERS + 1))
 
 # One alternation, tried left to right at each position: the longer kinds first.
@@ -47,7 +58,9 @@ class Span:
 
 def find_spans(text: str, limit: int = MAX_PLACEHOLDERS) -> list[Span]:
     """The protected spans of ``text``, left to right, at most ``limit``."""
-    spans = []
+    spans: list[Span] = []
+    if limit <= 0:
+        return spans
     for m in PATTERN.finditer(text):
         kind = m.lastgroup or ""
         start, end = m.span()
@@ -60,53 +73,128 @@ def find_spans(text: str, limit: int = MAX_PLACEHOLDERS) -> list[Span]:
     return spans
 
 
-def _replace(text: str, spans: Sequence[Span], symbols: Sequence[str]) -> str:
-    out, pos = [], 0
+def _replace(text: str, spans: Sequence[Span], symbols: Sequence[str]) -> tuple[str, tuple[int, ...]]:
+    """``text`` with each span replaced by its symbol, and where each symbol starts in it."""
+    out, at, pos, length = [], [], 0, 0
     for span, symbol in zip(spans, symbols):
         out += [text[pos:span.start], symbol]
+        length += span.start - pos
+        at.append(length)
+        length += len(symbol)
         pos = span.end
     out.append(text[pos:])
-    return "".join(out)
+    return "".join(out), tuple(at)
 
 
 @dataclass(frozen=True)
 class Protected:
     text: str  # what the model sees
     originals: tuple[str, ...]  # originals[i] is what SYMBOLS[i] stands for
+    # Where each placeholder starts in ``text`` (SYMBOLS[i] at at[i]): the only places where the
+    # tokenizer reads a symbol; anywhere else, symbol-like text is text (engine/tokenizer.py).
+    at: tuple[int, ...] = ()
+
+    @property
+    def symbols(self) -> tuple[tuple[int, int], ...]:
+        """The placeholders' [start, end) in ``text``."""
+        return tuple((a, a + len(SYMBOLS[i])) for i, a in enumerate(self.at))
 
 
-def protect(text: str) -> Protected:
-    spans = find_spans(text)
-    return Protected(_replace(text, spans, SYMBOLS), tuple(s.text for s in spans))
+def protect(text: str, limit: int = MAX_PROTECTED) -> Protected:
+    """``text`` with every span replaced by its placeholder when it has at most ``limit`` spans;
+    with more, nothing is replaced (the spans stay text, and the translation is checked)."""
+    if not 0 <= limit <= MAX_PLACEHOLDERS:
+        raise ValueError(f"limit {limit}: there are {MAX_PLACEHOLDERS} placeholder symbols")
+    spans = find_spans(text, limit=limit + 1)
+    if not spans or len(spans) > limit:
+        return Protected(text, ())
+    replaced, at = _replace(text, spans, SYMBOLS)
+    return Protected(replaced, tuple(s.text for s in spans), at)
 
 
 _SYMBOL = re.compile(r"<ph(\d+)>")
+_AFTER_GAP = " .,;:!?)]}'\"»”’…"  # what may follow a removed symbol for the space before it to go too
+
+
+def remove(text: str, pattern: re.Pattern[str], keep: Callable[[re.Match[str]], str | None]) -> str:
+    """``text`` with each match of ``pattern`` replaced by ``keep(match)``, or removed where that is
+    None, with the space that would be left doubled or before punctuation ("ist <ph1>." -> "ist.")."""
+    out: list[str] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        s, e = m.span()
+        put = keep(m)
+        if put is None:
+            if s > pos and text[s - 1] == " " and (e == len(text) or text[e] in _AFTER_GAP):
+                s -= 1  # "ist <ph1>." -> "ist."
+            elif (s == 0 or text[s - 1] == "\n") and text[e:e + 1] == " ":
+                e += 1  # "<ph1> speichern" -> "speichern"
+            put = ""
+        out += [text[pos:s], put]
+        pos = e
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def restore(output: str, originals: Sequence[str]) -> str:
-    """``output`` with each placeholder put back; the ones the model left out are appended."""
-    if not originals:
-        return output
+    """``output`` with each placeholder put back; a placeholder the source did not have (made up
+    by the model) is removed; the ones the model left out are appended. (Offline tools; the server
+    uses ``restore_checked``, which refuses such an output instead.)"""
     seen: set[int] = set()
 
-    def put_back(m: re.Match[str]) -> str:
+    def put_back(m: re.Match[str]) -> str | None:
         i = int(m.group(1)) - 1
         if 0 <= i < len(originals):
             seen.add(i)
             return originals[i]
-        return ""  # a placeholder the source did not have: the model made it up
+        return None
 
-    text = _SYMBOL.sub(put_back, output)
+    text = remove(output, _SYMBOL, put_back)
     missing = [originals[i] for i in range(len(originals)) if i not in seen]
     return " ".join([text.rstrip(), *missing]) if missing else text
 
 
-def _find_whole(text: str, span: str) -> int:
-    """Where ``span`` occurs in ``text`` as a whole (not inside a longer number or word), or -1."""
+def restore_checked(output: str, originals: Sequence[str]) -> str | None:
+    """``output`` with each placeholder put back when every one of ``originals`` is in it exactly
+    once, else None (the sentence must be translated another way). A placeholder the source did
+    not have is removed (the model made it up)."""
+    counts = Counter(int(m.group(1)) - 1 for m in _SYMBOL.finditer(output))
+    if any(counts[i] != 1 for i in range(len(originals))):
+        return None
+    return remove(output, _SYMBOL, lambda m: originals[i] if 0 <= (i := int(m.group(1)) - 1) < len(originals)
+                  else None)
+
+
+def _whole(span: str) -> re.Pattern[str]:
+    """``span`` where it occurs as a whole: not inside a longer number or word."""
     before = r"(?<![\w.,])" if span[0].isalnum() else ""
     after = r"(?![\w])" if span[-1].isalnum() else ""
-    m = re.search(before + re.escape(span) + after, text)
+    return re.compile(before + re.escape(span) + after)
+
+
+def _find_whole(text: str, span: str) -> int:
+    """Where ``span`` occurs in ``text`` as a whole (not inside a longer number or word), or -1."""
+    m = _whole(span).search(text)
     return m.start() if m else -1
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def numbers(text: str) -> Counter[str]:
+    """The runs of digits in ``text`` (any script's digits, read as 0-9), counted."""
+    return Counter("".join(str(unicodedata.digit(c)) for c in run) for run in _DIGITS.findall(text))
+
+
+def faithful(output: str, source: str, spans: bool = True) -> bool:
+    """Does ``output`` hold no number the source lacks and (with ``spans``) every span of
+    ``source``, each as a whole, as often as the source has it? "013" for 8013 and a value
+    written twice where the source has it once fail; with ``spans``, so do a URL the model
+    rewrote and a number it left out."""
+    if numbers(output) - numbers(source):
+        return False
+    wanted = Counter(s.text for s in find_spans(source, limit=len(source))) if spans else Counter()
+    return all(len(_whole(span).findall(output)) >= n for span, n in wanted.items())
 
 
 def protect_pair(src: str, tgt: str) -> tuple[str, str]:
@@ -119,7 +207,7 @@ def protect_pair(src: str, tgt: str) -> tuple[str, str]:
             continue
         tgt = tgt[:pos] + SYMBOLS[len(kept)] + tgt[pos + len(span.text):]
         kept.append(span)
-    return _replace(src, kept, SYMBOLS), tgt
+    return _replace(src, kept, SYMBOLS)[0], tgt
 
 
 class Protector:

@@ -2,13 +2,21 @@
 
 Each text is split into sentences (server/segment.py); the sentences of a request are
 queued together as one job each, and every text's answer joins its sentences' translations
-back in their places (``whole_text``). When the model's tokenizer has the placeholder
-symbols, each sentence's URLs, e-mail addresses, paths, code, format placeholders and numbers
-are replaced by placeholders before it is encoded and put back in every hypothesis
-(engine/placeholders.py), so they come back exactly as they were sent. Every rejection names
-the item and the limit (INVALID_ARGUMENT); a full queue answers RESOURCE_EXHAUSTED at once;
-an expired deadline answers DEADLINE_EXCEEDED after freeing the text's rows; a model failure
-on one request answers INTERNAL without a traceback.
+back in their places (``whole_text``). What the model reads of a sentence is normalised
+first (engine/tokenizer.py ``normalize``: invisible characters removed); a sentence without
+a letter is not translated: it comes back as it was. When the model's tokenizer has the
+placeholder symbols, a sentence's URLs, e-mail addresses, paths, code, format placeholders and
+numbers (up to MAX_PROTECTED of them) are replaced by placeholders before it is encoded and put
+back in every hypothesis (engine/placeholders.py). The search cannot write an id that is not
+text (a language tag, a control piece, a placeholder the sentence lacks), and every hypothesis
+is checked: each placeholder back exactly once, no number the source lacks and, for a model
+with the placeholders, every span of the source in it. A sentence whose hypothesis fails is
+translated again with its spans as text, and a hypothesis that fails that too is the sentence
+as it was sent (docs/UNICODE.md).
+
+Every rejection names the item and the limit (INVALID_ARGUMENT); a full queue answers
+RESOURCE_EXHAUSTED at once; an expired deadline answers DEADLINE_EXCEEDED after freeing the
+text's rows; a model failure on one request answers INTERNAL without a traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import asyncio
 import functools
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,8 +36,8 @@ import numpy as np
 from engine.decoding import DecodeOptions, Hypothesis, Job, StopReason
 from engine.defaults import LENGTH_PENALTY, default_max_len
 from engine.package import ModelPackage
-from engine.placeholders import Protector, restore
-from engine.tokenizer import PackageTokenizer
+from engine.placeholders import Protector, faithful, remove, restore_checked
+from engine.tokenizer import PackageTokenizer, has_letter, normalize
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import segment
@@ -88,13 +97,18 @@ def tolerant(deserializer, message_type: str):
 
 @dataclass(frozen=True)
 class Segment:
-    """One segment (sentence) of a request's text: where it stands in the text, its job, and
-    what the job's placeholders stand for (``originals[i]`` for ``<ph{i+1}>``; none when the
-    model's tokenizer has no placeholders)."""
+    """One segment (sentence) of a request's text: where it stands in the text, its job (None
+    for a sentence without a letter: it comes back as it is), what the job's placeholders stand
+    for (``originals[i]`` for ``<ph{i+1}>``; none when nothing is protected), the sentence as the
+    model reads it (normalised: what hypotheses are checked against), and the job that reads its
+    spans as text, decoded when a hypothesis of ``job`` fails its check (None when ``job`` is
+    that already, or when it would be too long)."""
 
     span: segment.Span
-    job: Job
+    job: Job | None
     originals: tuple[str, ...] = ()
+    text: str = ""
+    plain: Job | None = None
 
 
 class RequestError(Exception):
@@ -143,8 +157,24 @@ class LoadedModel:
     @functools.cached_property
     def protector(self) -> Protector:
         """Placeholder protection for this model: on only when its tokenizer has every symbol
-        (older packages, models/default among them, are served as before)."""
+        (older packages are served without it)."""
         return Protector.for_pieces(self.tokenizer.piece_to_id, self.tokenizer.unk_id())
+
+    @functools.cached_property
+    def banned(self) -> tuple[tuple[int, ...], ...]:
+        """``banned[n]``: what a sentence with ``n`` placeholders must never be translated into
+        (a Job's ``banned``): every id that is not text but eos, its own placeholders and the
+        unknown id (a model may write it where it learned to, as Transformers' generate lets
+        it: decoding drops it)."""
+        tok = self.tokenizer
+        never = tok.not_text - {self.package.special_ids["eos"], self.package.special_ids["unk"]}
+        ph = tok.placeholder_ids if self.protector.enabled else ()
+        return tuple(tuple(sorted(never - set(ph[:n]))) for n in range(len(ph) + 1))
+
+    @functools.cached_property
+    def symbols(self) -> re.Pattern[str]:
+        """The text of every internal symbol (tokenizer.symbol_pattern)."""
+        return self.tokenizer.symbol_pattern()
 
 
 
@@ -367,11 +397,46 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         self.metrics.texts.labels(model.name).inc(n)
         plans = self._segments(request, model, source, target, options, fixed_max_len)
         self._check_response_fits(model, request, plans)
-        jobs = [x.job for p in plans for x in p]
+        work = [x for p in plans for x in p if x.job is not None]
+        priority = Priority.of(request.priority)
+        results = await self._decode(model, [x.job for x in work if x.job], deadline, priority)
+        self.metrics.sentences.labels(model.name).inc(len(work))
+        cut = sum(1 for hyps in results if hyps and hyps[0].stop_reason is StopReason.LENGTH_LIMIT)
+        if cut:
+            self.metrics.length_limited.labels(model.name).inc(cut)
+        o = request.options
+        answers = {id(x): [self._hypothesis(model, x, x.job, h, o) for h in hyps]
+                   for x, hyps in zip(work, results) if x.job}
+        # A hypothesis failed its check: the sentence again with its spans as text, hypothesis
+        # by hypothesis in the place of those that failed.
+        again = [x for x in work if x.plain is not None and None in answers[id(x)]]
+        retried = await self._decode(model, [x.plain for x in again if x.plain], deadline, priority)
+        for x, hyps in zip(again, retried):
+            plain = [self._hypothesis(model, x, x.plain, h, o) for h in hyps] if x.plain else []
+            answers[id(x)] = [a if a is not None else (plain[i] if i < len(plain) else None)
+                              for i, a in enumerate(answers[id(x)])]
+        n_best = max(1, options.n_best)
+        for text, sentences in zip(request.texts, plans):
+            translation = response.translations.add()
+            for x in sentences:
+                start, end = x.span
+                seg = translation.segments.add(source=text[start:end], start=start, end=end)
+                got = answers[id(x)] if x.job is not None else [None] * n_best
+                # What no check passed, and a sentence without a letter: the sentence as it came.
+                seg.hypotheses.extend(h if h is not None else pb.Hypothesis(text=text[start:end]) for h in got)
+            translation.hypotheses.extend(whole_text(text, translation.segments))
+        return response
+
+    async def _decode(self, model: LoadedModel, jobs: list[Job], deadline: float | None,
+                      priority: Priority = Priority.INTERACTIVE) -> list[list[Hypothesis]]:
+        """Every job's hypotheses, through the scheduler (the jobs are one request for its fair
+        admission); its refusals as RequestError."""
+        if not jobs:
+            return []
         tickets: list[Ticket] = []
         try:
-            tickets = model.scheduler.submit_all(jobs, deadline, priority=Priority.of(request.priority)) if jobs else []
-            results = await asyncio.gather(*(asyncio.wrap_future(t.future) for t in tickets))
+            tickets = model.scheduler.submit_all(jobs, deadline, priority=priority)
+            return list(await asyncio.gather(*(asyncio.wrap_future(t.future) for t in tickets)))
         except QueueFull as e:
             self._cancel(model, tickets)
             raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"server busy: {e}; retry with backoff") from None
@@ -391,19 +456,6 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         except asyncio.CancelledError:
             self._cancel(model, tickets)
             raise
-        self.metrics.sentences.labels(model.name).inc(len(jobs))
-        cut = sum(1 for hyps in results if hyps and hyps[0].stop_reason is StopReason.LENGTH_LIMIT)
-        if cut:
-            self.metrics.length_limited.labels(model.name).inc(cut)
-        it = iter(results)
-        for text, sentences in zip(request.texts, plans):
-            translation = response.translations.add()
-            for x in sentences:
-                start, end = x.span
-                seg = translation.segments.add(source=text[start:end], start=start, end=end)
-                seg.hypotheses.extend(self._hypothesis(model, x, h, request.options) for h in next(it))
-            translation.hypotheses.extend(whole_text(text, translation.segments))
-        return response
 
     def _segments(self, request: pb.TranslateRequest, model: LoadedModel, source: str, target: str,
                    options: DecodeOptions, fixed_max_len: int | None) -> list[list[Segment]]:
@@ -430,21 +482,32 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         prefix = model.package.target_prefix(target)
         plans: list[list[Segment]] = []
         total = 0
+        def job(ids: list[int], placeholders: int) -> Job:
+            limit = fixed_max_len or default_max_len(len(ids), limits.output_tokens)
+            return Job(ids, options, max_len=limit, bos=special["bos"], eos=special["eos"], pad=special["pad"],
+                       prefix=prefix, banned=model.banned[placeholders])
+
         for i, (text, text_spans) in enumerate(zip(request.texts, spans)):
             plan = []
             for j, (start, end) in enumerate(text_spans):
-                protected = model.protector.protect(text[start:end])  # the text itself when protection is off
-                ids = model.package.source_ids(sp.encode(protected.text), target, source)
+                clean = normalize(text[start:end])
+                if not has_letter(clean):  # "...", "!!!", "123": nothing to translate
+                    plan.append(Segment((start, end), None, text=clean))
+                    continue
+                protected = model.protector.protect(clean)  # the text itself when protection is off
+                ids = model.package.source_ids(sp.encode(protected.text, protected.symbols), target, source)
                 if len(ids) > max_tokens:
                     where = f"texts[{i}]" if len(text_spans) == 1 else \
                         f"texts[{i}], sentence {j + 1} of {len(text_spans)} {shown(text[start:end])}"
                     raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                        f"{where}: {len(ids)} tokens; the limit is {max_tokens}")
                 total += len(ids)
-                limit = fixed_max_len or default_max_len(len(ids), limits.output_tokens)
-                plan.append(Segment((start, end), Job(ids, options, max_len=limit, bos=special["bos"],
-                                                      eos=special["eos"], pad=special["pad"], prefix=prefix),
-                                    protected.originals))
+                plain = None
+                if protected.originals:
+                    plain_ids = model.package.source_ids(sp.encode(clean), target, source)
+                    plain = job(plain_ids, 0) if len(plain_ids) <= max_tokens else None
+                plan.append(Segment((start, end), job(ids, len(protected.originals)), protected.originals, clean,
+                                    plain))
             plans.append(plan)
         if total > limits.tokens:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -496,17 +559,30 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         return DecodeOptions(beam_size=beam, n_best=n_best, alpha=alpha, attention=o.return_attention), \
             (o.max_output_tokens or None)
 
-    def _hypothesis(self, model: LoadedModel, x: Segment, hyp: Hypothesis, o: pb.DecodingOptions) -> pb.Hypothesis:
-        """One hypothesis of a sentence, its placeholders put back in its text."""
+    def _hypothesis(self, model: LoadedModel, x: Segment, job: Job, hyp: Hypothesis,
+                    o: pb.DecodingOptions) -> pb.Hypothesis | None:
+        """One hypothesis of a sentence (decoded by ``job``: its own, or its ``plain`` one), its
+        placeholders put back in its text; None when it fails the check: a placeholder not back
+        exactly once, a number the source lacks, a span of the source missing (models with the
+        placeholders)."""
         sp = model.tokenizer
-        out = pb.Hypothesis(text=restore(sp.decode(hyp.tokens), x.originals), num_tokens=len(hyp.tokens),
-                            stop_reason=WIRE_STOP_REASON[hyp.stop_reason])
+        text = sp.decode(hyp.tokens)
+        if job is x.job and x.originals:
+            checked = restore_checked(text, x.originals)
+            if checked is None:
+                return None
+            text = checked
+        # An internal symbol's text (spelled out of ordinary pieces) only where the source has it.
+        text = remove(text, model.symbols, lambda m: m.group() if m.group() in x.text else None)
+        if not faithful(text, x.text, spans=model.protector.enabled):
+            return None
+        out = pb.Hypothesis(text=text, num_tokens=len(hyp.tokens), stop_reason=WIRE_STOP_REASON[hyp.stop_reason])
         if o.return_scores:
             out.score = hyp.score
         if o.return_attention and hyp.attention is not None:
             # The pieces are what the model saw and wrote: placeholders (``<ph1>``) where the
             # text has a protected span, so that they line up with the attention matrix.
-            out.source_pieces.extend(sp.id_to_piece(i) for i in x.job.src)
+            out.source_pieces.extend(sp.id_to_piece(i) for i in job.src)
             out.target_pieces.extend(sp.id_to_piece(i) for i in hyp.tokens)
             out.attention.extend(np.asarray(hyp.attention, dtype=np.float32).ravel().tolist())
         return out
@@ -586,28 +662,33 @@ HYPOTHESIS_FIELDS = 6 + 6 + 5 + 6 + 6
 
 def response_bound(model: LoadedModel, request: pb.TranslateRequest, plans: list[list[Segment]]) -> int:
     """An upper bound of the serialized TranslateResponse's size in bytes: every hypothesis
-    at its length limit, made of the vocabulary's longest piece or, where placeholders are
-    put back, of the sentence's longest protected span, plus every span appended (protobuf
-    framing counted at its widest: one tag byte and a 5-byte length or varint for each field)."""
+    at its length limit, each token the vocabulary's longest piece and every placeholder put
+    back as its span, or decoded again with the spans as text, or the sentence as it came,
+    whichever is longest (protobuf framing counted at its widest: one tag byte and a 5-byte
+    length or varint for each field)."""
     o = request.options
     n_best = max(1, o.num_hypotheses)
     piece = model.longest_piece_bytes
 
-    def text_size(x: Segment) -> int:
-        """One sentence's hypothesis text: each token a piece or a restored span (restore puts a
-        span back wherever the model wrote its placeholder), and the spans it left out appended."""
-        spans = [len(s.encode()) for s in x.originals]
-        return x.job.max_len * max([piece, *spans]) + sum(n + 1 for n in spans)
+    def text_size(x: Segment, text: str) -> int:
+        """One sentence's hypothesis text: a checked output holds each placeholder once, put back
+        as its span; what fails every check is the sentence as it came."""
+        sizes = [len(text[x.span[0]:x.span[1]].encode())]
+        if x.job is not None:
+            sizes.append(x.job.max_len * piece + sum(len(s.encode()) for s in x.originals))
+        if x.plain is not None:
+            sizes.append(x.plain.max_len * piece)
+        return max(sizes)
 
-    def hypothesis(x: Segment) -> int:
+    def hypothesis(x: Segment, text: str) -> int:
         """One sentence's hypothesis with its attention."""
-        job = x.job
-        size = HYPOTHESIS_FIELDS + text_size(x)
+        size = HYPOTHESIS_FIELDS + text_size(x, text)
         if o.return_attention:
             sp = model.tokenizer
-            size += sum(6 + len(sp.id_to_piece(i).encode()) for i in job.src)  # source pieces
-            size += job.max_len * (6 + piece)  # target pieces
-            size += 6 + 4 * job.max_len * len(job.src)  # packed float32 attention
+            size += max([0, *(sum(6 + len(sp.id_to_piece(i).encode()) for i in job.src)  # source pieces
+                              + job.max_len * (6 + piece)  # target pieces
+                              + 6 + 4 * job.max_len * len(job.src)  # packed float32 attention
+                              for job in (x.job, x.plain) if job is not None)])
         return size
 
     total = 16 + len(model.name.encode()) + len(request.request_id.encode())
@@ -615,9 +696,9 @@ def response_bound(model: LoadedModel, request: pb.TranslateRequest, plans: list
         text_bytes = len(text.encode())
         total += 6 + 6 + 6 + text_bytes  # the translation; a blank text's one hypothesis
         for x in sentences:  # the segments: source, start, end, hypotheses
-            total += 6 + 6 + 4 * (x.span[1] - x.span[0]) + 12 + n_best * hypothesis(x)
+            total += 6 + 6 + 4 * (x.span[1] - x.span[0]) + 12 + n_best * hypothesis(x, text)
         if sentences:  # the text's hypotheses: its sentences' texts in place (attention moved, not copied)
-            total += n_best * (HYPOTHESIS_FIELDS + text_bytes + sum(text_size(x) for x in sentences))
+            total += n_best * (HYPOTHESIS_FIELDS + text_bytes + sum(text_size(x, text) for x in sentences))
     return total
 
 

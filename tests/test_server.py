@@ -14,13 +14,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from engine.decoding import DecodeOptions, Job, decode_all
-from engine.defaults import BOS_ID, EOS_ID, PAD_ID, default_max_len
-from engine.package import ModelPackage
-from engine.placeholders import Protector, restore
-from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from server.segment import join, split_sentences, whole
+from tests.sentence_reference import Alone
 from tests.server_harness import TEXTS, ServerThread, code_and_details, request, wait_until
 
 
@@ -37,26 +33,19 @@ def stub(server):
 
 
 @pytest.fixture(scope="module")
-def alone(tiny_package):
-    """Greedy translation of one text, each of its sentences decoded on its own (the reference
-    for batching and for sentence splitting); ``split=False`` decodes the text as one."""
-    import sentencepiece as spm
+def reference(tiny_package) -> Alone:
+    return Alone(tiny_package)
 
-    package = ModelPackage.load(tiny_package)
-    rt = Runtime(package, RuntimeOptions(device="cpu", threads=1))
-    sp = spm.SentencePieceProcessor(model_file=str(package.tokenizer_path))
-    protector = Protector.for_pieces(sp.piece_to_id, sp.unk_id())  # on when the tokenizer has the placeholders
 
-    def sentence(text: str, tgt: str) -> str:
-        p = protector.protect(text)
-        src = package.source_ids(sp.encode(p.text), tgt)
-        [[hyp]] = decode_all(rt, [Job(src, DecodeOptions(), max_len=default_max_len(len(src), 255),
-                                      bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)])
-        return restore(sp.decode(hyp.tokens), p.originals)
+@pytest.fixture(scope="module")
+def alone(reference):
+    """Greedy translation of one text, each of its sentences decoded on its own by the server's
+    rule (tests/sentence_reference.py: the reference for batching and for sentence splitting);
+    ``split=False`` decodes the text as one."""
 
     def translate(text: str, tgt: str = "de", split: bool = True) -> str:
         spans = split_sentences(text, "en" if tgt == "de" else "de") if split else whole(text)
-        return join(text, spans, [sentence(text[s:e], tgt) for s, e in spans])
+        return join(text, spans, [reference.sentence(text[s:e], tgt) for s, e in spans])
 
     return translate
 
@@ -410,3 +399,56 @@ def test_a_hypothesis_cut_by_the_length_limit_says_so_and_is_counted(server, stu
         pb.STOP_REASON_LENGTH_LIMIT if h.num_tokens == 3 else pb.STOP_REASON_END_OF_SENTENCE for h in beam.hypotheses]
     assert beam.hypotheses[0].stop_reason == pb.STOP_REASON_LENGTH_LIMIT
     assert _metric(server, limited) == before + 2  # sentences whose best hypothesis was cut
+
+
+# ------------------------------------------------------------ text is text: what reaches the model, what comes back
+def test_text_cannot_select_the_target_language(stub, alone):
+    """Language tags are pieces of the tokenizer: the old server read a user's "<2en>" as the
+    tag it is for the model (a French request came back German). Only the real tag is a tag."""
+    for text, src, tgt in (("<2en> Jesus wept.", "en", "de"), ("Jesus <2de> wept </s>.", "en", "de"),
+                           ("Jesus \uff1c2en\uff1e wept.", "en", "de"), ("<2de> Jesus weinte.", "de", "en")):
+        [t] = stub.Translate(request(text, src=src, tgt=tgt, return_attention=True)).translations
+        pieces = list(t.hypotheses[0].source_pieces)
+        assert pieces[0] == f"<2{tgt}>" and [p for p in pieces if p in ("<2en>", "<2de>", "</s>")] == [
+            f"<2{tgt}>", "</s>"], (text, pieces)
+        assert t.hypotheses[0].text == alone(text, tgt=tgt)
+
+
+INVISIBLE = [
+    "In the begin\u00adning was the Word.",  # soft hyphen
+    "In the beginning was the Wo\u200drd.",  # zero-width joiner
+    "In the\u2060 beginning was the Word.",  # word joiner
+    "\u200eIn the beginning was the Word.\u200f",  # left-to-right and right-to-left marks
+    "\ufeffIn the \u202ebeginning\u202c was the Word.",  # byte order mark, a bidi override
+    "In the beginning\u200b was the\x00 Word\ufe0f.",  # zero-width space, NUL, a variation selector
+]
+
+
+def test_invisible_characters_do_not_change_a_translation(stub):
+    clean = "In the beginning was the Word."
+    [want] = stub.Translate(request(clean, return_attention=True)).translations
+    got = stub.Translate(request(*INVISIBLE, return_attention=True)).translations
+    for text, t in zip(INVISIBLE, got):
+        assert list(t.hypotheses[0].source_pieces) == list(want.hypotheses[0].source_pieces), repr(text)
+        assert t.hypotheses[0].text == want.hypotheses[0].text
+        assert t.segments[0].source == text.strip()  # offsets and sources index the text as it was sent
+
+
+LETTERLESS = ["...", "!!!", "\x00\x00\x00", "123", "— 3.5 % —", "\u00ad\u200b", "…?!", "(1)", "• • •", "42."]
+
+
+def test_text_without_a_letter_comes_back_as_it_was(server, stub, alone):
+    """The old server decoded "..." into "und sie ..." and "!!!" into "Wehe!"."""
+    tokens_before = _metric(server, "nmt_tokens_generated_total")
+    sentences_before = _metric(server, 'nmt_sentences_total{model="tiny"}')
+    got = stub.Translate(request(*LETTERLESS, beam_size=2, num_hypotheses=2)).translations
+    assert [[h.text for h in t.hypotheses] for t in got] == [[x, x] for x in LETTERLESS]
+    assert [[h.text for s in t.segments for h in s.hypotheses] for t in got] == [[x, x] for x in LETTERLESS]
+    assert _metric(server, "nmt_tokens_generated_total") == tokens_before  # nothing was decoded
+    assert _metric(server, 'nmt_sentences_total{model="tiny"}') == sentences_before
+    # In a text, such a line stays as it is and the others are translated.
+    text = "Jesus wept.\n...\n!!! 123\nPeace be with you."
+    [t] = stub.Translate(request(text)).translations
+    assert t.hypotheses[0].text == f"{alone('Jesus wept.')}\n...\n!!! 123\n{alone('Peace be with you.')}"
+    [t] = stub.Translate(request("  ...  ", no_sentence_split=True)).translations
+    assert t.hypotheses[0].text == "  ...  "
