@@ -25,11 +25,12 @@ ranks first by
   3. turns: the request served longest ago (a newcomer: by arrival) first, round robin.
 A request's own jobs keep their order. The best-ranked job that does not fit waits for its
 rows and nothing jumps past it (a beam-4 job is not starved by one-row jobs). Nothing is
-preempted: a running job keeps its rows until it finishes, so a newcomer waits at most
-until the first of the running jobs finishes. The stage holds one batch's rows, and a
-request that holds no rows at all may stage its first job into a second batch's rows: a
-newcomer is encoded at once, not after the stage drains. Which jobs share a step never changes what a
-job decodes (engine/decoding.py: a text gives the tokens it gets alone).
+preempted: a running job keeps its rows until it finishes, so a newcomer that ranks first
+waits until running jobs free its rows, not for the jobs queued before it. The stage holds
+one batch's rows, and a request that holds no rows at all may stage its first job into a
+second batch's rows: a newcomer is encoded at once, not after the stage drains. Which jobs
+share a step never changes what a job decodes (engine/decoding.py: a text gives the tokens
+it gets alone).
 
 A failure is confined to the job that caused it: a failing encoder run for several
 newcomers is retried one by one, and a failing step is probed job by job, so one bad
