@@ -4,8 +4,11 @@ the web page, in front of one gRPC channel to nmt-serve.
 Endpoints:
 
     POST /translate     LibreTranslate's: q (a string or a list), source, target, format
-                        (text or html), alternatives, api_key; JSON, form or multipart body
-    GET  /languages     LibreTranslate's: [{"code", "name", "targets"}] of every model's pairs
+                        (text or html), alternatives, api_key; in the query string, a JSON,
+                        form or multipart body (the body's over the query string's)
+    GET  /languages     LibreTranslate's: [{"code", "name", "targets"}] of every language of
+                        every model's pairs (a target-only one with no targets)
+    GET  /frontend/settings, /health   LibreTranslate's
     POST /v1/translate  ours: every DecodingOptions field, hypotheses, segments, scores, attention
     GET  /v1/models     ours: ListModels as JSON
     GET  /healthz       200 while this process runs
@@ -13,10 +16,11 @@ Endpoints:
     GET  /, /static/... the web page (gateway/static/)
 
 Every error is ``{"error": "message"}`` with the status LibreTranslate uses: 400 for a bad
-request (the server's INVALID_ARGUMENT message passes through; with format=html it names the
-paragraph it is about, "q, paragraph 18", and a request holding more tags than
---max-html-tags is refused before any is translated), 403 for a missing or wrong
-API key, 413 for a body over --max-body-bytes, 429 while the server is saturated
+request (LibreTranslate's words where it has them: "xx is not supported", "request (600)
+exceeds text limit (500)", a missing API key; otherwise the server's INVALID_ARGUMENT message
+passes through; with format=html it names the paragraph it is about, "q, paragraph 18", and a
+request holding more tags than --max-html-tags is refused before any is translated), 403 for
+a wrong API key, 413 for a body over --max-body-bytes, 429 while the server is saturated
 (RESOURCE_EXHAUSTED, with Retry-After), 503 while it cannot be reached or is shutting down
 (UNAVAILABLE, with Retry-After), 504 when the deadline passes, 500 for anything else. The
 deadline of every gRPC call is the request's (--timeout, lowered by an X-Timeout-Seconds
@@ -85,8 +89,10 @@ V1_INT_OPTIONS = ("beam_size", "num_hypotheses", "max_output_tokens")
 V1_BOOL_OPTIONS = ("return_scores", "return_attention", "no_sentence_split")
 V1_KEYS = ("q", "source", "target", "model", *V1_INT_OPTIONS, "length_penalty", *V1_BOOL_OPTIONS, "api_key")
 UINT32_MAX = 2**32 - 1
+FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's --frontend-timeout: the page waits this long after typing
 MAX_JSON_DEPTH = 32  # a request body needs 2 levels (an object holding a list of strings)
 SURROGATE = re.compile("[\ud800-\udfff]")
+KEY_MISSING = "Please contact the server operator to get an API key"  # LibreTranslate's words (400)
 
 
 class GatewayError(Exception):
@@ -355,14 +361,18 @@ def is_json(request: Request) -> bool:
 
 
 async def libre_fields(request: Request, limit: int) -> dict[str, Any]:
-    """LibreTranslate's parameters: the JSON object, or the form's fields over the query
-    string's (Flask's request.values). A field given more than once (q) is a list."""
-    if is_json(request):
-        return await json_body(request)
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    """LibreTranslate's parameters: the query string's, then the body's over them (a JSON object,
+    or a form's fields, as Flask's request.values). A client may send everything in the query
+    string of a POST (deep-translator does). A field given more than once (q) is a list."""
     fields: dict[str, list[Any]] = {}
     for key, value in request.query_params.multi_items():
         fields.setdefault(key, []).append(value)
+    out: dict[str, Any] = {k: v[0] if k != "q" or len(v) == 1 else v for k, v in fields.items()}
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if is_json(request):
+        if (await request.body()).strip():
+            out.update(await json_body(request))
+        return out
     if media in ("application/x-www-form-urlencoded", "multipart/form-data"):
         form = await request.form(max_part_size=limit)
         from_form: dict[str, list[Any]] = {}
@@ -370,16 +380,12 @@ async def libre_fields(request: Request, limit: int) -> dict[str, Any]:
             if isinstance(value, UploadFile):
                 raise bad_request(f"Invalid request: {key} must be a form field, not a file")
             from_form.setdefault(key, []).append(value)
-        fields.update(from_form)
+        # The text as sent, every character kept: the same text answers the same whatever the
+        # encoding (a line or paragraph separator, a form feed or CRLF is not rewritten to LF).
+        out.update({k: v[0] if k != "q" or len(v) == 1 else v for k, v in from_form.items()})
     elif await request.body():
         raise bad_request(f"Invalid request: unsupported Content-Type {media or 'none'!r}; send application/json, "
                           f"application/x-www-form-urlencoded or multipart/form-data")
-    out: dict[str, Any] = {k: v[0] for k, v in fields.items() if k != "q"}
-    if "q" in fields:
-        # The text as sent, every character kept: the same text answers the same whatever the
-        # encoding (a line or paragraph separator, a form feed or CRLF is not rewritten to LF).
-        q = fields["q"]
-        out["q"] = q[0] if len(q) == 1 else q
     return out
 
 
@@ -450,21 +456,18 @@ class Gateway:
         return self.upstream
 
     def check_key(self, request: Request, given: Any) -> None:
-        """403 unless the request carries one of the configured keys (none configured: no check),
-        as api_key in the body or as 'Authorization: Bearer KEY' (the scheme in any case). A key
-        in the URL is refused whether or not keys are configured: URLs end up in access logs,
-        proxies' logs and browser histories (the gateway's own access log masks it)."""
-        if any(name.lower() == "api_key" and value for name, value in request.query_params.multi_items()):
-            raise bad_request("Invalid request: api_key must not be sent in the URL, which is written to logs; send "
-                              "it in the body or as the header 'Authorization: Bearer KEY'")
+        """When keys are configured, the request must carry one: as api_key wherever LibreTranslate
+        takes it (the JSON body, the form, the query string: the caller passes what it read) or as
+        'Authorization: Bearer KEY' (the scheme in any case). As LibreTranslate answers: a missing
+        key is 400 "Please contact the server operator to get an API key", a wrong one 403 "Invalid
+        API key". The access log masks a key in the URL (gateway.main.MaskKeys)."""
         if not self.api_keys:
             return
         if given is None or given == "":
             scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
             given = token.strip() if scheme.lower() == "bearer" else None
         if given is None or given == "":
-            raise GatewayError(403, "Invalid request: missing api_key parameter (this server needs an API key; ask "
-                                    "its operator for one)")
+            raise GatewayError(400, KEY_MISSING)
         key = str(given).encode()
         # Every key is compared, in constant time: no timing tells how much of a key was right.
         if not any([hmac.compare_digest(key, k.encode()) for k in self.api_keys]):
@@ -488,7 +491,7 @@ class Gateway:
         source, target = (_language(p.get(name), name) for name in ("source", "target"))
         fmt = p.get("format") or "text"
         if fmt not in ("text", "html"):
-            raise bad_request(f"Invalid request: {str(fmt)[:40]!r} format is not supported; give text or html")
+            raise bad_request(f"{str(fmt)[:40]} format is not supported")
         alternatives = _alternatives(p.get("alternatives", 0))
         deadline = Deadline.of(request, self.cfg.timeout)
         if source == "auto":
@@ -500,8 +503,12 @@ class Gateway:
                      deadline: Deadline) -> dict[str, Any]:
         texts = [q] if isinstance(q, str) else q
         model = await self.up.route(source, target, deadline)
-        if model is not None and alternatives + 1 > model.max_beam_size:
-            raise bad_request(f"Invalid request: alternatives parameter must be <= {model.max_beam_size - 1}")
+        if model is None:
+            await self._unsupported(source, target, deadline)
+        else:
+            if alternatives + 1 > model.max_beam_size:
+                raise bad_request(f"Invalid request: alternatives parameter must be <= {model.max_beam_size - 1}")
+            _within_limits(texts, fmt, model)
 
         def beam(hypotheses: int) -> int:
             return self.beam(model, hypotheses)
@@ -555,15 +562,51 @@ class Gateway:
             return f"{message}; give the source language's code"
         return f"{message}; give one of: {', '.join(sources)}"
 
+    async def _unsupported(self, source: str, target: str, deadline: Deadline) -> None:
+        """LibreTranslate's 400 for a language or a pair that no model serves ("xx is not
+        supported", "German (de) is not available as a target language from English (en)"); nothing
+        when the model list cannot be had (the default model's answer then says what is wrong)."""
+        try:
+            pairs = language_pairs(await self.up.models(deadline, MODELS_TTL))
+        except GatewayError:
+            return
+        every = set(pairs).union(*pairs.values())
+        for code in (source, target):
+            if code not in every:
+                raise bad_request(f"{code} is not supported")
+        if target not in pairs.get(source, ()):
+            raise bad_request(f"{language_name(target)} ({target}) is not available as a target language from "
+                              f"{language_name(source)} ({source})")
+
     async def languages(self, request: Request) -> Response:
-        models = await self.up.models(Deadline.of(request, self.cfg.timeout))
-        targets: dict[str, set[str]] = {}
-        for m in models:
-            for pair in m.pairs:
-                source, target = parse_direction(pair)
-                targets.setdefault(source, set()).add(target)
-        return JSONResponse([{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(targets[code])}
-                             for code in sorted(targets)])
+        """Every language of every model, the target-only ones too (with no targets), as
+        LibreTranslate lists them."""
+        return JSONResponse(libre_languages(await self.up.models(Deadline.of(request, self.cfg.timeout))))
+
+    async def frontend_settings(self, request: Request) -> Response:
+        """LibreTranslate's /frontend/settings: the character limit (the smallest model's; -1 when
+        the server cannot be asked), whether keys are needed, no files and no suggestions here, and
+        the page's default languages."""
+        try:
+            models = await self.up.models(Deadline.of(request, self.cfg.timeout), MODELS_TTL)
+        except GatewayError:
+            models = []
+        pairs = language_pairs(models)
+        limits = [m.max_chars_per_text for m in models if m.max_chars_per_text]
+        source = "en" if pairs.get("en") else min(pairs, default="en")
+        targets = sorted(pairs.get(source, ()))
+        target = targets[0] if targets else source
+        return JSONResponse({
+            "charLimit": min(limits) if limits else -1,
+            "frontendTimeout": FRONTEND_TIMEOUT_MS,
+            "apiKeys": bool(self.api_keys),
+            "keyRequired": bool(self.api_keys),
+            "suggestions": False,
+            "filesTranslation": False,
+            "supportedFilesFormat": [],
+            "language": {"source": {"code": source, "name": language_name(source)},
+                         "target": {"code": target, "name": language_name(target)}},
+        })
 
     # ------------------------------------------------------------ our JSON API
     async def v1_translate(self, request: Request) -> Response:
@@ -571,7 +614,7 @@ class Gateway:
         unknown = [k for k in body if k not in V1_KEYS]
         if unknown:
             raise bad_request(f"unknown keys: {', '.join(repr(k)[:60] for k in unknown)}; known: {', '.join(V1_KEYS)}")
-        self.check_key(request, body.get("api_key"))
+        self.check_key(request, body.get("api_key") or request.query_params.get("api_key"))
         translate = _v1_request(body)
         deadline = Deadline.of(request, self.cfg.timeout)
         result = await until_disconnected(request, self._v1(translate, deadline))
@@ -608,6 +651,7 @@ class Gateway:
 
     # ------------------------------------------------------------ health and the page
     async def healthz(self, request: Request) -> Response:
+        """/healthz and LibreTranslate's /health: this process answers."""
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
@@ -628,6 +672,43 @@ class Gateway:
         return FileResponse(page, media_type="text/html; charset=utf-8")
 
 
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code, code)
+
+
+def language_pairs(models: Sequence[pb.ModelInfo]) -> dict[str, set[str]]:
+    """Each source language of the models and the targets it is translated into."""
+    targets: dict[str, set[str]] = {}
+    for m in models:
+        for pair in m.pairs:
+            source, target = parse_direction(pair)
+            targets.setdefault(source, set()).add(target)
+    return targets
+
+
+def libre_languages(models: Sequence[pb.ModelInfo]) -> list[dict[str, Any]]:
+    """/languages: every language of the models' pairs, each with the targets it is translated
+    into (none for a target-only language), as LibreTranslate lists them."""
+    pairs = language_pairs(models)
+    return [{"code": code, "name": language_name(code), "targets": sorted(pairs.get(code, ()))}
+            for code in sorted(set(pairs).union(*pairs.values()))]
+
+
+def _within_limits(texts: Sequence[str], fmt: str, model: pb.ModelInfo) -> None:
+    """LibreTranslate's 400 for too many texts or too long a text, before the server is asked
+    (format=html is measured by the server, paragraph by paragraph: its markup does not count)."""
+    if fmt != "text":
+        return
+    if model.max_texts_per_request and len(texts) > model.max_texts_per_request:
+        raise bad_request(f"Invalid request: request ({len(texts)}) exceeds text limit "
+                          f"({model.max_texts_per_request})")
+    if model.max_chars_per_text:
+        for text in texts:
+            if len(text) > model.max_chars_per_text:
+                raise bad_request(f"Invalid request: request ({len(text)}) exceeds text limit "
+                                  f"({model.max_chars_per_text})")
+
+
 def _language(value: Any, name: str) -> str:
     if value is None or value == "":
         raise bad_request(f"Invalid request: missing {name} parameter")
@@ -637,16 +718,14 @@ def _language(value: Any, name: str) -> str:
 
 
 def _alternatives(value: Any) -> int:
-    """LibreTranslate's alternatives: a whole number of 0 or more (as a number or a string)."""
+    """LibreTranslate's alternatives: a whole number (as a number or a string), 0 or more."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise bad_request("Invalid request: alternatives parameter is not a number")
     try:
         n = int(value)
     except ValueError:
         raise bad_request("Invalid request: alternatives parameter is not a number") from None
-    if n < 0:
-        raise bad_request(f"Invalid request: alternatives parameter must be 0 or more, not {n}")
-    return n
+    return max(0, n)  # LibreTranslate reads a negative number as 0
 
 
 def _best(t: pb.Translation) -> str:
@@ -752,6 +831,8 @@ def create_app(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_
     routes = [
         Route("/translate", guarded(gateway.translate), methods=["POST"]),
         Route("/languages", guarded(gateway.languages), methods=["GET"]),
+        Route("/frontend/settings", guarded(gateway.frontend_settings), methods=["GET"]),
+        Route("/health", guarded(gateway.healthz), methods=["GET"]),
         Route("/v1/translate", guarded(gateway.v1_translate), methods=["POST"]),
         Route("/v1/models", guarded(gateway.v1_models), methods=["GET"]),
         Route("/healthz", guarded(gateway.healthz), methods=["GET"]),

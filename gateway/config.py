@@ -42,8 +42,9 @@ class GatewayConfig(Settings):
                                      "or [::] for every interface (in a container)")
     port: int = setting(5000, "HTTP port (LibreTranslate's); 0 picks a free one")
     api_keys_file: str = setting("", "a file of API keys, one per line (blank lines and lines starting with # "
-                                     "are ignored): /translate and /v1/translate then need one of them as "
-                                     "api_key in the request body; without a file no key is needed")
+                                     "are ignored): /translate, /detect and /v1/translate then need one of them "
+                                     "as api_key (body, query string or 'Authorization: Bearer KEY'); without a "
+                                     "file no key is needed")
     grpc_token_file: str = setting("", "the bearer token of a server started with --auth-token-file, read from "
                                        "this file (surrounding whitespace ignored) and sent as 'authorization: "
                                        "Bearer TOKEN' on every call")

@@ -31,12 +31,14 @@ FD_HEADROOM = 64  # file descriptors kept beyond --max-connections: the gRPC cha
 
 
 class MaskKeys(logging.Filter):
-    """The access log never shows an API key: api_key=... in a logged URL becomes api_key=***
-    (the gateway refuses such requests, but their line is written first)."""
+    """No log line shows an API key: api_key=... in a logged URL (LibreTranslate's clients send it
+    in the query string) becomes api_key=***."""
 
     PATTERN = re.compile(r"(?i)(api_key=)[^&\s#]*")
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = self.PATTERN.sub(r"\1***", record.msg)
         if record.args and isinstance(record.args, tuple):
             record.args = tuple(self.PATTERN.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
         return True
@@ -91,7 +93,8 @@ def server(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_toke
     app = create_app(cfg, api_keys, grpc_token)
     guard = ConnectionGuard(cfg.max_connections, cfg.header_seconds, cfg.body_seconds)
     app.state.connections = guard
-    _add_filter_once(logging.getLogger("uvicorn.access"), MaskKeys)
+    for name in ("uvicorn.access", "uvicorn.error", "nmt.http"):
+        _add_filter_once(logging.getLogger(name), MaskKeys)
     _add_filter_once(logging.getLogger("asyncio"), AcceptErrors)
     # log_config=None: uvicorn's loggers go to the root logger, in the project's format.
     return uvicorn.Server(uvicorn.Config(app, http=protocol_class(guard), log_config=None,

@@ -19,14 +19,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2
 
 from cli import EXIT_OK, EXIT_USAGE, free_port, options_without_help
 from gateway.alignment import aligned_placement, translation_alignments
-from gateway.app import STATIC_DIR
+from gateway.app import STATIC_DIR, libre_languages
 from gateway.config import GatewayConfig, build_parser, parse_args
 from gateway.html_text import HtmlText
 from nmt.v1 import translator_pb2 as pb
@@ -371,6 +370,35 @@ def test_languages_lists_every_pair_of_every_model(http):
                                                {"code": "en", "name": "English", "targets": ["de"]}])
 
 
+def test_languages_include_the_target_only_ones():
+    models = [pb.ModelInfo(name="a", pairs=["en-de", "en-fr"]), pb.ModelInfo(name="b", pairs=["de-en", "es-en"])]
+    assert libre_languages(models) == [{"code": "de", "name": "German", "targets": ["en"]},
+                                       {"code": "en", "name": "English", "targets": ["de", "fr"]},
+                                       {"code": "es", "name": "Spanish", "targets": ["en"]},
+                                       {"code": "fr", "name": "French", "targets": []}]
+
+
+def test_parameters_in_the_query_string_of_a_post(server, http):
+    """deep-translator sends q, source, target (and api_key) in the URL of a POST with no body."""
+    expected = http.post("/translate", json={"q": "Jesus wept.", "source": "en", "target": "de"}).json()
+    r = http.post("/translate", params={"q": "Jesus wept.", "source": "en", "target": "de", "format": "text"})
+    assert (r.status_code, r.json()) == (200, expected)
+    # The body's fields win over the URL's; an empty JSON body is no body.
+    r = http.post("/translate?source=de&q=x", json={"q": "Jesus wept.", "source": "en", "target": "de"})
+    assert (r.status_code, r.json()) == (200, expected)
+    r = http.post("/translate?q=Jesus%20wept.&source=en&target=de", headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()) == (200, expected)
+
+
+def test_frontend_settings_and_health_as_libretranslate(server, http):
+    r = http.get("/frontend/settings")
+    assert (r.status_code, r.json()) == (200, {
+        "charLimit": 500, "frontendTimeout": 500, "apiKeys": False, "keyRequired": False, "suggestions": False,
+        "filesTranslation": False, "supportedFilesFormat": [],
+        "language": {"source": {"code": "en", "name": "English"}, "target": {"code": "de", "name": "German"}}})
+    assert (http.get("/health").status_code, http.get("/health").json()) == (200, {"status": "ok"})
+
+
 def test_source_auto_is_refused_with_the_codes_to_give(http):
     r = http.post("/translate", json={"q": "Jesus wept.", "source": "auto", "target": "de"})
     assert (r.status_code, r.json()) == (400, {"error": "source 'auto' (language detection) is not supported; give "
@@ -387,20 +415,25 @@ def test_bad_requests_are_400_with_the_reason(server, http):
         ({k: v for k, v in base.items() if k != "source"}, "Invalid request: missing source parameter"),
         ({**base, "target": ""}, "Invalid request: missing target parameter"),
         ({**base, "target": 7}, "Invalid request: target must be a language code such as en"),
-        ({**base, "format": "xml"}, "Invalid request: 'xml' format is not supported; give text or html"),
-        ({**base, "alternatives": -1}, "Invalid request: alternatives parameter must be 0 or more, not -1"),
+        ({**base, "format": "xml"}, "xml format is not supported"),
         ({**base, "alternatives": "two"}, "Invalid request: alternatives parameter is not a number"),
     ]
     for body, message in cases:
         r = http.post("/translate", json=body)
         assert (r.status_code, r.json()) == (400, {"error": message}), body
-    # The server's INVALID_ARGUMENT passes through: an unknown pair, a text over its 500 characters.
-    for body in ({**base, "target": "fr"}, {**base, "q": "a" * 600}):
-        with pytest.raises(grpc.RpcError) as e:
-            grpc_translate(server, body["q"], tgt=body["target"])
+    # LibreTranslate's words for what it checks itself: languages, pairs, the character limit.
+    for body, message in (({**base, "target": "fr"}, "fr is not supported"),
+                          ({**base, "source": "xx"}, "xx is not supported"),
+                          ({**base, "target": "en"}, "English (en) is not available as a target language from "
+                                                     "English (en)"),
+                          ({**base, "q": "a" * 600}, "Invalid request: request (600) exceeds text limit (500)"),
+                          ({**base, "q": ["Jesus wept.", "a" * 501]},
+                           "Invalid request: request (501) exceeds text limit (500)")):
         r = http.post("/translate", json=body)
-        assert (r.status_code, r.json()) == (400, {"error": e.value.details()})
-    assert e.value.details() == "texts[0]: 600 characters; the limit is 500"
+        assert (r.status_code, r.json()) == (400, {"error": message}), body
+    # A negative number of alternatives is none, as LibreTranslate reads it.
+    assert http.post("/translate", json={**base, "alternatives": -1}).json().keys() == {"translatedText"}
+    # Otherwise the server's INVALID_ARGUMENT passes through (test_an_html_error_names_the_paragraph...).
     r = http.post("/translate", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"].startswith("Invalid JSON format: ")
     r = http.post("/translate", json=["a list"])
@@ -564,8 +597,7 @@ def test_api_keys_are_needed_when_configured(server, tmp_path):
     try:
         body = {"q": "Jesus wept.", "source": "en", "target": "de"}
         r = g.client.post("/translate", json=body)
-        assert (r.status_code, r.json()) == (403, {"error": "Invalid request: missing api_key parameter (this server "
-                                                            "needs an API key; ask its operator for one)"})
+        assert (r.status_code, r.json()) == (400, {"error": "Please contact the server operator to get an API key"})
         for wrong in ("k-eve", "k-alic", "k-alice ", "# the gateway's users"):
             r = g.client.post("/translate", json={**body, "api_key": wrong})
             assert (r.status_code, r.json()) == (403, {"error": "Invalid API key"}), wrong
@@ -573,7 +605,7 @@ def test_api_keys_are_needed_when_configured(server, tmp_path):
         assert g.client.post("/translate", data={**body, "api_key": "k-bob"}).status_code == 200
         assert g.client.post("/translate", files={k: (None, v) for k, v in {**body, "api_key": "k-bob"}.items()}
                              ).status_code == 200
-        assert g.client.post("/v1/translate", json=body).status_code == 403
+        assert g.client.post("/v1/translate", json=body).status_code == 400
         assert g.client.post("/v1/translate", json={**body, "api_key": "k-bob"}).status_code == 200
         # Languages, models and health need no key (as LibreTranslate's /languages).
         assert [g.client.get(p).status_code for p in ("/languages", "/v1/models", "/readyz")] == [200, 200, 200]
@@ -581,19 +613,26 @@ def test_api_keys_are_needed_when_configured(server, tmp_path):
         g.stop()
 
 
-def test_a_key_in_the_url_is_refused_and_never_logged_and_the_header_is_taken(server, tmp_path, caplog):
+def test_a_key_in_the_url_is_taken_and_never_logged_and_the_header_is_taken(server, tmp_path, caplog):
+    """LibreTranslate reads api_key from the query string too, and clients send it there
+    (deep-translator puts every parameter in a POST's URL): taken, and masked in every log line."""
     keys = tmp_path / "keys"
     keys.write_text("k-alice\n")
     cfg = parse_args(["--grpc-address", server.address, "--api-keys-file", str(keys)], {})
     g = GatewayThread(cfg, cfg.api_keys())
     body = {"q": "Jesus wept.", "source": "en", "target": "de"}
-    caplog.set_level(logging.INFO, logger="uvicorn.access")
+    caplog.set_level(logging.INFO)
     try:
-        for path in ("/translate?api_key=k-alice", "/v1/translate?API_KEY=k-alice&x=1"):
-            r = g.client.post(path, json={**body, "api_key": "k-alice"} if path.startswith("/v1") else body)
-            assert (r.status_code, r.json()) == (400, {"error": "Invalid request: api_key must not be sent in the URL, "
-                                                                "which is written to logs; send it in the body or as "
-                                                                "the header 'Authorization: Bearer KEY'"})
+        r = g.client.post("/translate?api_key=k-alice", json=body)
+        assert r.status_code == 200 and r.json()["translatedText"]
+        assert g.client.post("/translate", params={**body, "api_key": "k-alice"}).status_code == 200
+        assert g.client.post("/v1/translate?API_KEY=k-alice&x=1", json=body).status_code == 400  # keys are api_key
+        assert g.client.post("/v1/translate?api_key=k-alice&x=1", json=body).status_code == 200
+        r = g.client.post("/translate", params={**body, "api_key": "k-eve"})
+        assert (r.status_code, r.json()) == (403, {"error": "Invalid API key"})
+        # The body's key is the one checked when both are given, as LibreTranslate's request.values.
+        r = g.client.post("/translate?api_key=k-alice", data={**body, "api_key": "k-eve"})
+        assert r.status_code == 403
         # The scheme is case-insensitive; a wrong key in the header is as wrong as in the body.
         for scheme in ("Bearer", "bearer", "BEARER"):
             r = g.client.post("/translate", json=body, headers={"authorization": f"{scheme} k-alice"})
@@ -605,7 +644,8 @@ def test_a_key_in_the_url_is_refused_and_never_logged_and_the_header_is_taken(se
         g.stop()
     access = [r.getMessage() for r in caplog.records if r.name == "uvicorn.access"]
     assert any("api_key=***" in line for line in access) and any("API_KEY=***&x=1" in line for line in access)
-    assert "k-alice" not in caplog.text
+    gateway_lines = [r.getMessage() for r in caplog.records if r.name.startswith(("uvicorn", "nmt"))]
+    assert not [line for line in gateway_lines if "k-alice" in line or "k-eve" in line]
 
 
 def test_malformed_json_is_one_line_400_and_no_traceback(http, caplog):
