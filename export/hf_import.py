@@ -24,7 +24,9 @@ The weights become our Transformer (training/model.py) with the options these mo
 PyTorch, int8/fp16 and the resident graphs are nmt-export's own pipeline
 (``onnx_export.write_package``). Anything in a config this code does not translate is
 refused with a message naming the field: a model that loads but computes something else
-would be worse than none.
+would be worse than none. So are weights that do not fit config.json (missing, unexpected or
+of another shape: Transformers would fill the gaps with random values and only warn), and a
+checkpoint of this project (nmt-export's job).
 
 Transformers (the ``hf`` extra) reads the directory: its classes build the model exactly as
 the model's authors meant, positional tables included (Marian and M2M100 compute theirs at
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import asdict
@@ -63,14 +66,23 @@ class ImportRefused(ValueError):
 
 def read_config(directory: Path) -> dict[str, Any]:
     path = directory / "config.json"
+    ours = ImportRefused(f"{directory} is a checkpoint of this project: export it with nmt-export")
+    if directory.is_file() and directory.suffix == ".pt":
+        raise ours
     if not directory.is_dir():
         raise ImportRefused(f"{directory} is not a directory (give the directory save_pretrained wrote)")
+    if any((directory / name).is_file() for name in ("model.pt", "average.pt")) or (directory / "checkpoints").is_dir():
+        raise ours  # a shipped model or a training run of nmt-train
     if not path.is_file():
         raise ImportRefused(f"{directory} has no config.json: not a Hugging Face model directory")
     try:
         config = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ImportRefused(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ImportRefused(f"{path} does not hold a JSON object")
+    if isinstance(config.get("model"), dict) and isinstance(config.get("train"), dict):
+        raise ours  # our RunConfig's sections (training/config.py), not a Transformers config
     kind = config.get("model_type")
     if kind not in SUPPORTED:
         raise ImportRefused(f"config.json: model_type is {kind!r}; nmt-import reads "
@@ -126,9 +138,45 @@ def load_hf(directory: Path, kind: str) -> Any:
         raise ImportRefused("nmt-import needs Transformers to read the directory: pip install '.[hf]'") from None
     cls = MarianMTModel if kind == MARIAN else M2M100ForConditionalGeneration
     try:
-        return cls.from_pretrained(str(directory), local_files_only=True, dtype=torch.float32).eval()
+        model, info = cls.from_pretrained(str(directory), local_files_only=True, dtype=torch.float32,
+                                          output_loading_info=True)
     except (OSError, ValueError) as e:
         raise ImportRefused(f"{directory}: Transformers cannot load the model: {str(e).splitlines()[0]}") from None
+    check_loading(directory, model, info)
+    return model.eval()
+
+
+def check_loading(directory: Path, model: Any, info: dict[str, Any]) -> None:
+    """Refuse weights that do not fit the model config.json describes: Transformers fills what
+    the files lack with random values and drops what its model has no place for, with a warning
+    only, and a model with random layers would import, pass the graphs' checks and serve noise."""
+    model_keys = set(model.state_dict())
+    parts = []
+    for what, keys in (("missing", info.get("missing_keys")), ("unexpected", info.get("unexpected_keys")),
+                       ("of another shape", [k[0] if isinstance(k, tuple) else k
+                                             for k in info.get("mismatched_keys") or ()])):
+        if keys:
+            parts.append(f"{what} {', '.join(_grouped(set(keys), model_keys))}")
+    if parts:
+        config = model.config
+        raise ImportRefused(f"{directory}: the weights do not match config.json ({config.encoder_layers}+"
+                            f"{config.decoder_layers} layers): " + "; ".join(parts))
+
+
+def _grouped(names: set[str], model_keys: set[str]) -> list[str]:
+    """``names`` sorted, a whole layer as ``...layers.N.*`` when every weight of it (the model's or
+    the file's) is among them."""
+    out = set(names)
+    for name in names:
+        prefix = re.match(r"(.*\.layers\.\d+\.)", name)
+        if prefix is None:
+            continue
+        p = prefix.group(1)
+        under = {k for k in model_keys | names if k.startswith(p)}
+        if under <= names:
+            out -= under
+            out.add(p + "*")
+    return sorted(out)
 
 
 def layer_map(m: ModelConfig) -> dict[str, str]:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
-from transformers import M2M100ForConditionalGeneration, MarianMTModel, MarianTokenizer, NllbTokenizer
+import sentencepiece as spm
+import torch
+from transformers import M2M100ForConditionalGeneration, MarianConfig, MarianMTModel, MarianTokenizer, NllbTokenizer
 
 from bench import nmt_bench
-from bench.peers.hf_models import hf_generate, make_marian, make_nllb, parallel_lines
+from bench.peers.hf_models import SEED, hf_generate, make_marian, make_nllb, parallel_lines, randomize, train_spm
 from engine.decoding import DecodeOptions, Job, decode_all
 from engine.defaults import default_max_len
 from engine.package import ModelPackage
@@ -211,3 +214,141 @@ def test_nmt_bench_measures_an_imported_model_against_its_peers(architecture, re
     assert (result["directions"], result["same_text_reference"]) == (["en-de"], "onnx-fp32")
     # Transformers on the directory and the imported package: the same greedy texts
     assert {r["identical_to_reference"] for r in rows if r["engine"] == "hf-fp32" and r["mode"] == "greedy"} == {1.0}
+
+
+# ---------------------------------------------------------------- what an import must refuse, and must not
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def small_marian(out: Path, layers: int = 2, seed: int = SEED) -> Path:
+    """An OPUS-MT-shaped Marian directory at the size people try first: d_model 64, ``layers`` +
+    ``layers``, swish, a 38-piece vocabulary over a few short sentences, random weights."""
+    work = out / ".spm"
+    work.mkdir(parents=True)
+    english = ["the cat sat on the mat", "a dog ate the hat", "the man can see a cat", "no one sat on a hat"] * 5
+    german = ["die katze sass auf der matte", "ein hund ass den hut", "der mann sieht eine katze",
+              "keiner sass auf dem hut"] * 5
+    models = [train_spm(lines, work / name, 29, bos_id=-1, eos_id=0, unk_id=1, pad_id=-1, hard_vocab_limit=False)
+              for name, lines in (("source", english), ("target", german))]
+    vocab = {"</s>": 0, "<unk>": 1}
+    for path in models:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+        for i in range(sp.get_piece_size()):
+            vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    vocab["<pad>"] = pad = len(vocab)
+    (work / "vocab.json").write_text(json.dumps(vocab))
+    MarianTokenizer(str(models[0]), str(models[1]), str(work / "vocab.json"), source_lang="en",
+                    target_lang="de").save_pretrained(str(out))
+    config = MarianConfig(
+        vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=64, encoder_layers=layers,
+        decoder_layers=layers, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
+        decoder_ffn_dim=256, activation_function="swish", max_position_embeddings=128, scale_embedding=True,
+        share_encoder_decoder_embeddings=True, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    model = MarianMTModel(config)
+    randomize(model, seed, eos=0)
+    with torch.no_grad():  # outputs in the hundreds, as a trained model's sharp logits are
+        for norm in (model.model.encoder.layers[-1].final_layer_norm, model.model.decoder.layers[-1].final_layer_norm):
+            norm.weight.mul_(40.0)
+            norm.bias.mul_(40.0)
+    model.save_pretrained(str(out))
+    shutil.rmtree(work)
+    return out
+
+
+def _with_layers(source: Path, tmp_path: Path, encoder: int, decoder: int) -> Path:
+    liar = tmp_path / f"liar-{encoder}-{decoder}"
+    shutil.copytree(source, liar)
+    config = json.loads((liar / "config.json").read_text())
+    config.update(encoder_layers=encoder, decoder_layers=decoder)
+    (liar / "config.json").write_text(json.dumps(config))
+    return liar
+
+
+def test_a_config_that_promises_more_layers_than_the_weights_hold_is_refused(tmp_path):
+    """Transformers would fill the missing layers with random values and only warn."""
+    liar = _with_layers(small_marian(tmp_path / "one-layer", layers=1), tmp_path, 3, 2)
+    with pytest.raises(ImportRefused) as err:
+        import_model(liar, tmp_path / "out", log=lambda *_: None)
+    assert str(err.value) == (f"{liar}: the weights do not match config.json (3+2 layers): missing "
+                              "model.decoder.layers.1.*, model.encoder.layers.1.*, model.encoder.layers.2.*")
+    assert not (tmp_path / "out").exists()
+
+
+def test_weights_the_config_has_no_place_for_are_refused(tmp_path):
+    liar = _with_layers(small_marian(tmp_path / "two-layers", layers=2), tmp_path, 1, 2)
+    with pytest.raises(ImportRefused) as err:
+        import_model(liar, tmp_path / "out", log=lambda *_: None)
+    assert str(err.value) == (f"{liar}: the weights do not match config.json (1+2 layers): unexpected "
+                              "model.encoder.layers.1.*")
+
+
+@pytest.fixture(scope="module")
+def sharp(tmp_path_factory):
+    """The small Marian model, imported: its outputs run into the hundreds."""
+    root = tmp_path_factory.mktemp("sharp")
+    hf_dir = small_marian(root / "opus-mt-small")
+    return hf_dir, import_model(hf_dir, root / "package", log=lambda *_: None)
+
+
+def test_a_valid_model_with_large_outputs_imports_and_decodes_as_transformers(sharp):
+    """Its graphs differ from PyTorch by more than 1e-4 in absolute terms (float32 rounding of
+    values in the hundreds) and by far less of their scale: it computes the same function."""
+    hf_dir, package = sharp
+    assert package.dims.vocab_size == 38
+    assert package.provenance["max_abs_diff_vs_torch"] > 1e-4  # refused before parity was judged on scale
+    model = MarianMTModel.from_pretrained(str(hf_dir)).eval()
+    tokenizer = package.load_tokenizer()
+    sources = [package.source_ids(tokenizer.encode(text), "de") for text in
+               ("the cat sat on the mat", "a dog can see the man", "no hat", "the mat sat on a dog cat")]
+    expected = hf_generate(model, sources, LIMIT)
+    assert engine_decode(package, sources, 1) == expected
+    assert len({tuple(tokens) for tokens in expected}) >= 3  # outputs that differ: a comparison that means something
+
+
+def _ours(hf_dir: Path):
+    from export.hf_import import MARIAN, load_hf, model_config, read_config, to_ours
+
+    return to_ours(load_hf(hf_dir, MARIAN), MARIAN, model_config(read_config(hf_dir)))
+
+
+def test_graphs_that_compute_something_else_are_still_refused(sharp):
+    """The imported graphs held against a PyTorch model that differs from them: a small change
+    of the encoder's outputs (the same tokens) and an output bias that changes every choice."""
+    from export.onnx_export import check_graphs
+
+    hf_dir, package = sharp
+    enc, dec = package.graph_path("encoder"), package.graph_path("decoder")
+    assert check_graphs(_ours(hf_dir), enc, dec).relative <= 1e-4
+    model = _ours(hf_dir)
+    with torch.no_grad():
+        model.state_dict()["encoder_layers.1.sublayer.1.norm.weight"].mul_(1.001)
+    worst = check_graphs(model, enc, dec)
+    assert worst.relative > 1e-4
+    with pytest.raises(RuntimeError) as err:
+        worst.refuse_if_apart()
+    assert str(err.value) == (f"exported graphs differ from PyTorch by {worst.relative:.2e} of their outputs' scale "
+                              f"(> 1e-04; max |diff| {worst.absolute:.2e})")
+    model = _ours(hf_dir)
+    with torch.no_grad():
+        model.output_bias[5] += 1e4
+    with pytest.raises(RuntimeError, match=r"^decoder\.onnx: the chosen tokens differ from PyTorch at "
+                                           r"B=\d+ S=\d+ P=\d+ C=\d+$"):
+        check_graphs(model, enc, dec)
+
+
+def test_a_checkpoint_of_this_project_is_sent_to_nmt_export(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert main(["models/default", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == ("nmt-import: error: models/default is a checkpoint of this project: export "
+                                       "it with nmt-export\n")
+    config_only = tmp_path / "copied"
+    config_only.mkdir()
+    shutil.copyfile(ROOT / "models" / "default" / "config.json", config_only / "config.json")
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for path in (config_only, run_dir, ROOT / "models" / "default" / "model.pt"):
+        with pytest.raises(ImportRefused) as err:
+            import_model(path, tmp_path / "out", log=lambda *_: None)
+        assert str(err.value) == f"{path} is a checkpoint of this project: export it with nmt-export"
+    assert not (tmp_path / "out").exists()
