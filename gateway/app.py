@@ -4,10 +4,12 @@ the web page, in front of one gRPC channel to nmt-serve.
 Endpoints:
 
     POST /translate     LibreTranslate's: q (a string or a list), source, target, format
-                        (text or html), alternatives, api_key; in the query string, a JSON,
+                        (text or html), alternatives, api_key, source "auto" (gateway/langid.py);
+                        in the query string, a JSON,
                         form or multipart body (the body's over the query string's)
     GET  /languages     LibreTranslate's: [{"code", "name", "targets"}] of every language of
                         every model's pairs (a target-only one with no targets)
+    POST /detect        LibreTranslate's: [{"confidence", "language"}] of q, best first
     GET  /frontend/settings, /health   LibreTranslate's
     POST /v1/translate  ours: every DecodingOptions field, hypotheses, segments, scores, attention
     GET  /v1/models     ours: ListModels as JSON
@@ -57,6 +59,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cli import LB_POLICY, language, parse_direction
+from gateway import langid
 from gateway.alignment import aligned_placement, translation_alignments
 from gateway.config import GatewayConfig
 from gateway.html_text import HtmlText, TooManyTags
@@ -445,9 +448,12 @@ class Gateway:
         self.upstream = Upstream(self.cfg, self.grpc_token)
         log.info("translating with the gRPC server at %s", self.cfg.grpc_address)
         await self.upstream.probe()
+        # The language identifier's model loads in the background (about a second, once a process).
+        preload = asyncio.create_task(asyncio.to_thread(_load_langid))
         try:
             yield
         finally:
+            await preload  # a thread cannot be cancelled; a second at most
             await self.upstream.close()
 
     @property
@@ -494,10 +500,71 @@ class Gateway:
             raise bad_request(f"{str(fmt)[:40]} format is not supported")
         alternatives = _alternatives(p.get("alternatives", 0))
         deadline = Deadline.of(request, self.cfg.timeout)
-        if source == "auto":
-            raise bad_request(await self._no_auto(deadline))
-        result = await until_disconnected(request, self._libre(q, source, target, fmt, alternatives, deadline))
+        work = self._auto(q, target, fmt, alternatives, deadline) if source == "auto" else \
+            self._libre(q, source, target, fmt, alternatives, deadline)
+        result = await until_disconnected(request, work)
         return Response(status_code=CLIENT_GONE) if result is None else JSONResponse(result)
+
+    async def _auto(self, q: str | list[str], target: str, fmt: str, alternatives: int,
+                    deadline: Deadline) -> dict[str, Any]:
+        """source "auto": each text's language, among those translated into ``target`` (and the
+        target itself), then each group of texts of one language translated from it. A text in
+        the target language, or with no language to tell (numbers, emoji, "ok"), comes back as
+        it was. ``detectedLanguage`` is one object for a string, a list for a list (per text)."""
+        pairs = language_pairs(await self.up.models(deadline, MODELS_TTL))
+        sources = sorted(code for code, targets in pairs.items() if target in targets)
+        if not sources:
+            await self._unsupported(sorted(pairs)[0] if pairs else target, target, deadline)
+            raise bad_request(f"{target} is not supported")
+        texts = [q] if isinstance(q, str) else q
+        try:
+            ranked = await asyncio.to_thread(lambda: [langid.rank(langid.plain(t, fmt), [*sources, target])
+                                                      for t in texts])
+        except langid.Unavailable as e:
+            raise GatewayError(500, str(e)) from None
+        fallback = "en" if "en" in sources else sources[0]
+        detected = [{"confidence": r[0][1], "language": r[0][0]} if r else {"confidence": 0.0, "language": fallback}
+                    for r in ranked]
+        best: list[str] = list(texts)
+        others: list[list[str]] = [[] for _ in texts]
+        groups: dict[str, list[int]] = {}
+        for i, r in enumerate(ranked):
+            if r and r[0][0] != target:
+                groups.setdefault(r[0][0], []).append(i)
+        for source, where in groups.items():
+            answer = await self._libre([texts[i] for i in where], source, target, fmt, alternatives, deadline)
+            for n, i in enumerate(where):
+                best[i] = answer["translatedText"][n]
+                if alternatives > 0:
+                    others[i] = answer["alternatives"][n]
+        out: dict[str, Any] = {"translatedText": best[0] if isinstance(q, str) else best,
+                               "detectedLanguage": detected[0] if isinstance(q, str) else detected}
+        if alternatives > 0:
+            out["alternatives"] = others[0] if isinstance(q, str) else others
+        return out
+
+    async def detect(self, request: Request) -> Response:
+        """LibreTranslate's /detect: the likeliest languages of q among every language of the
+        models, best first, ``[{"confidence": 90.0, "language": "de"}, ...]`` (one ranking for a
+        list, as LibreTranslate's); a text with no language to tell gives LibreTranslate's
+        ``[{"confidence": 0.0, "language": "en"}]`` (or the models' first language without English)."""
+        p = await libre_fields(request, self.cfg.max_body_bytes)
+        self.check_key(request, p.get("api_key"))
+        q = p.get("q")
+        if not q:
+            raise bad_request("Invalid request: missing q parameter")
+        if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+            raise bad_request("Invalid request: q must be a string or a list of strings")
+        pairs = language_pairs(await self.up.models(Deadline.of(request, self.cfg.timeout), MODELS_TTL))
+        every = sorted(set(pairs).union(*pairs.values()))
+        texts = [q] if isinstance(q, str) else q
+        try:
+            ranked = await asyncio.to_thread(langid.rank_many, texts, every)
+        except langid.Unavailable as e:
+            raise GatewayError(500, str(e)) from None
+        if not ranked:
+            ranked = [("en" if "en" in every or not every else every[0], 0.0)]
+        return JSONResponse([{"confidence": confidence, "language": code} for code, confidence in ranked])
 
     async def _libre(self, q: str | list[str], source: str, target: str, fmt: str, alternatives: int,
                      deadline: Deadline) -> dict[str, Any]:
@@ -553,15 +620,6 @@ class Gateway:
             out["alternatives"] = others[0] if isinstance(q, str) else others
         return out
 
-    async def _no_auto(self, deadline: Deadline) -> str:
-        message = "source 'auto' (language detection) is not supported"
-        try:
-            sources = sorted({parse_direction(pair)[0] for m in await self.up.models(deadline, MODELS_TTL)
-                              for pair in m.pairs})
-        except GatewayError:
-            return f"{message}; give the source language's code"
-        return f"{message}; give one of: {', '.join(sources)}"
-
     async def _unsupported(self, source: str, target: str, deadline: Deadline) -> None:
         """LibreTranslate's 400 for a language or a pair that no model serves ("xx is not
         supported", "German (de) is not available as a target language from English (en)"); nothing
@@ -586,16 +644,16 @@ class Gateway:
     async def frontend_settings(self, request: Request) -> Response:
         """LibreTranslate's /frontend/settings: the character limit (the smallest model's; -1 when
         the server cannot be asked), whether keys are needed, no files and no suggestions here, and
-        the page's default languages."""
+        the page's default languages (the source detected, as LibreTranslate's default)."""
         try:
             models = await self.up.models(Deadline.of(request, self.cfg.timeout), MODELS_TTL)
         except GatewayError:
             models = []
         pairs = language_pairs(models)
         limits = [m.max_chars_per_text for m in models if m.max_chars_per_text]
-        source = "en" if pairs.get("en") else min(pairs, default="en")
-        targets = sorted(pairs.get(source, ()))
-        target = targets[0] if targets else source
+        first = "en" if pairs.get("en") else min(pairs, default="en")
+        targets = sorted(pairs.get(first, ()))
+        target = targets[0] if targets else first
         return JSONResponse({
             "charLimit": min(limits) if limits else -1,
             "frontendTimeout": FRONTEND_TIMEOUT_MS,
@@ -604,7 +662,7 @@ class Gateway:
             "suggestions": False,
             "filesTranslation": False,
             "supportedFilesFormat": [],
-            "language": {"source": {"code": source, "name": language_name(source)},
+            "language": {"source": {"code": "auto", "name": "Auto Detect"},
                          "target": {"code": target, "name": language_name(target)}},
         })
 
@@ -670,6 +728,13 @@ class Gateway:
         if not page.is_file():
             raise GatewayError(404, "no web page here: gateway/static/index.html is missing")
         return FileResponse(page, media_type="text/html; charset=utf-8")
+
+
+def _load_langid() -> None:
+    try:
+        langid.load()
+    except langid.Unavailable as e:
+        log.warning("%s; source 'auto' and /detect answer 500 until it is installed", e)
 
 
 def language_name(code: str) -> str:
@@ -831,6 +896,7 @@ def create_app(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_
     routes = [
         Route("/translate", guarded(gateway.translate), methods=["POST"]),
         Route("/languages", guarded(gateway.languages), methods=["GET"]),
+        Route("/detect", guarded(gateway.detect), methods=["POST"]),
         Route("/frontend/settings", guarded(gateway.frontend_settings), methods=["GET"]),
         Route("/health", guarded(gateway.healthz), methods=["GET"]),
         Route("/v1/translate", guarded(gateway.v1_translate), methods=["POST"]),

@@ -395,14 +395,50 @@ def test_frontend_settings_and_health_as_libretranslate(server, http):
     assert (r.status_code, r.json()) == (200, {
         "charLimit": 500, "frontendTimeout": 500, "apiKeys": False, "keyRequired": False, "suggestions": False,
         "filesTranslation": False, "supportedFilesFormat": [],
-        "language": {"source": {"code": "en", "name": "English"}, "target": {"code": "de", "name": "German"}}})
+        "language": {"source": {"code": "auto", "name": "Auto Detect"},
+                     "target": {"code": "de", "name": "German"}}})
     assert (http.get("/health").status_code, http.get("/health").json()) == (200, {"status": "ok"})
 
 
-def test_source_auto_is_refused_with_the_codes_to_give(http):
-    r = http.post("/translate", json={"q": "Jesus wept.", "source": "auto", "target": "de"})
-    assert (r.status_code, r.json()) == (400, {"error": "source 'auto' (language detection) is not supported; give "
-                                                        "one of: de, en"})
+def test_source_auto_detects_each_texts_language(server, http):
+    english = "In the beginning was the Word, and the Word was with God."
+    german = "Im Anfang war das Wort, und das Wort war bei Gott."
+    expected = http.post("/translate", json={"q": english, "source": "en", "target": "de"}).json()["translatedText"]
+    r = http.post("/translate", json={"q": english, "source": "auto", "target": "de"})
+    assert r.status_code == 200 and r.json()["translatedText"] == expected
+    assert r.json()["detectedLanguage"]["language"] == "en" and 50 < r.json()["detectedLanguage"]["confidence"] <= 100
+    # Per text in a list: each translated from its own language; one in the target, or with no
+    # language to tell (numbers, emoji, no feature of any language), comes back as it was.
+    q = [english, german, "12345", "😀🎉", "ok"]
+    r = http.post("/translate", json={"q": q, "source": "auto", "target": "de", "alternatives": 1})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["translatedText"] == [expected, german, "12345", "😀🎉", "ok"]
+    assert [d["language"] for d in out["detectedLanguage"]] == ["en", "de", "en", "en", "en"]
+    assert [d["confidence"] for d in out["detectedLanguage"]][2:] == [0.0, 0.0, 0.0]
+    assert len(out["alternatives"]) == 5 and out["alternatives"][1:] == [[], [], [], []]
+    r = http.post("/translate", json={"q": german, "source": "auto", "target": "en"})
+    assert r.json()["detectedLanguage"]["language"] == "de" and r.json()["translatedText"] != german
+    r = http.post("/translate", json={"q": "<p>Im Anfang war das <b>Wort</b>.</p>", "source": "auto", "target": "en",
+                                      "format": "html"})
+    assert r.status_code == 200 and r.json()["detectedLanguage"]["language"] == "de"
+    r = http.post("/translate", json={"q": english, "source": "auto", "target": "fr"})
+    assert (r.status_code, r.json()) == (400, {"error": "fr is not supported"})
+
+
+def test_detect_ranks_the_models_languages(http):
+    r = http.post("/detect", data={"q": "In the beginning was the Word, and the Word was with God."})
+    assert r.status_code == 200
+    ranked = r.json()
+    assert ranked[0]["language"] == "en" and ranked[0]["confidence"] > 90
+    assert {d["language"] for d in ranked} <= {"en", "de"}
+    assert [d["confidence"] for d in ranked] == sorted((d["confidence"] for d in ranked), reverse=True)
+    r = http.post("/detect", json={"q": ["Im Anfang war das Wort.", "Und das Wort war bei Gott."]})
+    assert r.json()[0]["language"] == "de"
+    for nothing in ("12345", "😀", "ok"):
+        assert http.post("/detect", json={"q": nothing}).json() == [{"confidence": 0.0, "language": "en"}]
+    r = http.post("/detect", json={})
+    assert (r.status_code, r.json()) == (400, {"error": "Invalid request: missing q parameter"})
 
 
 def test_bad_requests_are_400_with_the_reason(server, http):
