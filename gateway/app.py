@@ -95,6 +95,9 @@ UINT32_MAX = 2**32 - 1
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's --frontend-timeout: the page waits this long after typing
 MAX_JSON_DEPTH = 32  # a request body needs 2 levels (an object holding a list of strings)
 SURROGATE = re.compile("[\ud800-\udfff]")
+SPLIT_ALL, SPLIT_NONE, SPLIT_NO_NEWLINES = "1", "0", "nonewlines"  # DeepL's split_sentences
+LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")  # as the server's segmenter reads them
+SENTENCE_END = re.compile(r"[.!?…‽][\"'”’»›)\]]*\s*$")
 KEY_MISSING = "Please contact the server operator to get an API key"  # LibreTranslate's words (400)
 
 
@@ -499,14 +502,15 @@ class Gateway:
         if fmt not in ("text", "html"):
             raise bad_request(f"{str(fmt)[:40]} format is not supported")
         alternatives = _alternatives(p.get("alternatives", 0))
+        split = _split_sentences(p.get("split_sentences"), fmt)
         deadline = Deadline.of(request, self.cfg.timeout)
-        work = self._auto(q, target, fmt, alternatives, deadline) if source == "auto" else \
-            self._libre(q, source, target, fmt, alternatives, deadline)
+        work = self._auto(q, target, fmt, alternatives, deadline, split) if source == "auto" else \
+            self._libre(q, source, target, fmt, alternatives, deadline, split)
         result = await until_disconnected(request, work)
         return Response(status_code=CLIENT_GONE) if result is None else JSONResponse(result)
 
     async def _auto(self, q: str | list[str], target: str, fmt: str, alternatives: int,
-                    deadline: Deadline) -> dict[str, Any]:
+                    deadline: Deadline, split: str = SPLIT_ALL) -> dict[str, Any]:
         """source "auto": each text's language, among those translated into ``target`` (and the
         target itself), then each group of texts of one language translated from it. A text in
         the target language, or with no language to tell (numbers, emoji, "ok"), comes back as
@@ -532,7 +536,8 @@ class Gateway:
             if r and r[0][0] != target:
                 groups.setdefault(r[0][0], []).append(i)
         for source, where in groups.items():
-            answer = await self._libre([texts[i] for i in where], source, target, fmt, alternatives, deadline)
+            answer = await self._libre([texts[i] for i in where], source, target, fmt, alternatives, deadline,
+                                       split)
             for n, i in enumerate(where):
                 best[i] = answer["translatedText"][n]
                 if alternatives > 0:
@@ -567,7 +572,7 @@ class Gateway:
         return JSONResponse([{"confidence": confidence, "language": code} for code, confidence in ranked])
 
     async def _libre(self, q: str | list[str], source: str, target: str, fmt: str, alternatives: int,
-                     deadline: Deadline) -> dict[str, Any]:
+                     deadline: Deadline, split: str = SPLIT_ALL) -> dict[str, Any]:
         texts = [q] if isinstance(q, str) else q
         model = await self.up.route(source, target, deadline)
         if model is None:
@@ -581,6 +586,8 @@ class Gateway:
             return self.beam(model, hypotheses)
 
         request = pb.TranslateRequest(source_lang=source, target_lang=target, model=model.name if model else "")
+        request.options.no_sentence_split = split == SPLIT_NONE
+        sent = join_wrapped_lines if split == SPLIT_NO_NEWLINES else str
         if fmt == "html":
             # Each unit of running text is translated whole; its inline markup goes back where the
             # attention says its words went (gateway/alignment.py). Scanning and placing the markup
@@ -593,7 +600,7 @@ class Gateway:
             per_call = min(max(1, model.max_texts_per_request) if model else HTML_TEXTS_PER_CALL, HTML_TEXTS_PER_CALL)
             answers: list[pb.Translation] = []
             for i in range(0, len(units), per_call):
-                request.texts[:] = units[i:i + per_call]
+                request.texts[:] = [sent(u) for u in units[i:i + per_call]]
                 try:
                     response = await self.up.translate(request, deadline)
                 except GatewayError as e:
@@ -604,7 +611,7 @@ class Gateway:
         else:
             # The translation is --beam's, with or without alternatives: up to --beam - 1 of them
             # come from the same beam; more need a wider one, asked for in a second call.
-            request.texts.extend(texts)
+            request.texts.extend(sent(t) for t in texts)
             request.options.beam_size = beam(1)
             request.options.num_hypotheses = min(alternatives + 1, request.options.beam_size)
             response = await self.up.translate(request, deadline)
@@ -772,6 +779,41 @@ def _within_limits(texts: Sequence[str], fmt: str, model: pb.ModelInfo) -> None:
             if len(text) > model.max_chars_per_text:
                 raise bad_request(f"Invalid request: request ({len(text)}) exceeds text limit "
                                   f"({model.max_chars_per_text})")
+
+
+def _split_sentences(value: Any, fmt: str) -> str:
+    """DeepL's split_sentences: "1" (at sentence ends and at every line break), "0" (each text as
+    one sentence), "nonewlines" (at sentence ends only: a line break inside a sentence, as in
+    hard-wrapped text or an HTML block, is a space). Not given: "1" for text, "nonewlines" for html."""
+    if value is None or value == "":
+        return SPLIT_NO_NEWLINES if fmt == "html" else SPLIT_ALL
+    given = str(value).strip().lower()
+    if value is True or given in ("1", "true"):
+        return SPLIT_ALL
+    if value is False or given in ("0", "false"):
+        return SPLIT_NONE
+    if given == SPLIT_NO_NEWLINES:
+        return SPLIT_NO_NEWLINES
+    raise bad_request(f"Invalid request: split_sentences must be 1, 0 or nonewlines, not {str(value)[:40]!r}")
+
+
+def join_wrapped_lines(text: str) -> str:
+    """``text`` with every line break that ends neither a sentence nor a paragraph written as
+    spaces, one a character, so that every offset holds: the server then splits the text at its
+    sentence ends only. A break is kept after a line that ends a sentence (. ! ? … and what
+    closes after them), next to a blank line, and at the text's start or end."""
+    breaks = list(LINE_BREAK.finditer(text))
+    if not breaks:
+        return text
+    out, last = [], 0
+    for n, m in enumerate(breaks):
+        before = text[breaks[n - 1].end() if n else 0:m.start()]
+        after = text[m.end():breaks[n + 1].start() if n + 1 < len(breaks) else len(text)]
+        keep = not before.strip() or not after.strip() or SENTENCE_END.search(before) is not None
+        out += [text[last:m.start()], m.group() if keep else " " * len(m.group())]
+        last = m.end()
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _language(value: Any, name: str) -> str:

@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2
 
 from cli import EXIT_OK, EXIT_USAGE, free_port, options_without_help
 from gateway.alignment import aligned_placement, translation_alignments
-from gateway.app import STATIC_DIR, libre_languages
+from gateway.app import STATIC_DIR, join_wrapped_lines, libre_languages
 from gateway.config import GatewayConfig, build_parser, parse_args
 from gateway.html_text import HtmlText
 from nmt.v1 import translator_pb2 as pb
@@ -368,6 +368,36 @@ def test_languages_lists_every_pair_of_every_model(http):
     r = http.get("/languages")
     assert (r.status_code, r.json()) == (200, [{"code": "de", "name": "German", "targets": ["en"]},
                                                {"code": "en", "name": "English", "targets": ["de"]}])
+
+
+def test_split_sentences_follows_the_text(http):
+    """DeepL's split_sentences: nonewlines reads a line break inside a sentence (hard-wrapped text,
+    an HTML block) as a space; 0 translates each text whole; html splits that way by default."""
+    base = {"source": "en", "target": "de"}
+    wrapped = "In the beginning was the Word,\nand the Word was with God.\n\nJesus wept."
+    joined = "In the beginning was the Word, and the Word was with God.\n\nJesus wept."
+
+    def translate(**fields):
+        r = http.post("/translate", json={**base, **fields})
+        assert r.status_code == 200, r.text
+        return r.json()["translatedText"]
+
+    assert translate(q=wrapped, split_sentences="nonewlines") == translate(q=joined)
+    assert translate(q=wrapped, split_sentences="1") == translate(q=wrapped)
+    whole = http.post("/v1/translate", json={**base, "q": wrapped, "no_sentence_split": True}).json()
+    assert translate(q=wrapped, split_sentences="0") == whole["translations"][0]["hypotheses"][0]["text"]
+    page = "<p>In the beginning was the Word,\n   and the Word was with God.</p>"
+    assert translate(q=page, format="html") == translate(q=page.replace(",\n", ", "), format="html")
+    assert translate(q=page, format="html") == translate(q=page, format="html", split_sentences="nonewlines")
+    r = http.post("/translate", json={**base, "q": wrapped, "split_sentences": "sometimes"})
+    assert (r.status_code, r.json()) == (400, {"error": "Invalid request: split_sentences must be 1, 0 or nonewlines, "
+                                                        "not 'sometimes'"})
+
+
+def test_wrapped_lines_are_joined_without_moving_an_offset():
+    for text, joined in (("a long\nline.\nNext.\n\nNew\r\npara", "a long line.\nNext.\n\nNew  para"),
+                         ("\nx\n", "\nx\n"), ("Hi!»\nThere", "Hi!»\nThere"), ("no break", "no break")):
+        assert join_wrapped_lines(text) == joined and len(joined) == len(text)
 
 
 def test_languages_include_the_target_only_ones():
