@@ -69,6 +69,7 @@ class RunningServer:
         if self.service.active:
             await self.service.stop_calls()
         await self.server.stop(max(0.0, deadline - time.monotonic()))
+        await self.service.metrics.close()
         for m in self.models.values():
             m.scheduler.stop()
 
@@ -301,7 +302,7 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
                                          reflection.SERVICE_NAME), server)
     port = _listen(server, cfg)
     try:
-        metrics_port = metrics.serve(cfg.metrics_port, cfg.metrics_host) if cfg.metrics_port >= 0 else None
+        metrics_port = await metrics.serve(cfg.metrics_port, cfg.metrics_host) if cfg.metrics_port >= 0 else None
     except OSError as e:
         await server.stop(None)  # releases the gRPC port it bound
         raise StartupError(cannot_listen("metrics", cfg.metrics_host, cfg.metrics_port, e)) from None
@@ -314,6 +315,7 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
             m.scheduler.start()
     except BaseException:
         await server.stop(None)
+        await metrics.close()
         raise
     service.set_models(models)
     for name in ("", SERVICE_NAME):

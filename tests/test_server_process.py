@@ -4,6 +4,7 @@ one item, TLS and bearer tokens."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -32,6 +33,7 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import child
 from server.config import ServerConfig
 from server.main import StartupError, warm_up
+from server.metrics import Metrics, MetricsServer
 from server.scheduler import Scheduler, SchedulerLimits
 from server.service import STOPPED, LoadedModel, RequestLimits
 from tests.server_harness import ServerThread, code_and_details, request, wait_until
@@ -124,6 +126,64 @@ def test_lameduck_keeps_serving_new_work_after_sigterm_then_refuses_it(tiny_pack
         assert "still accepting work for 4s" in proc.stderr.read()
     finally:
         proc.kill()
+
+
+def _threads(pid: int) -> int:
+    return int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("Threads:")))
+
+
+def test_idle_metrics_connections_cost_no_thread_and_metrics_still_answer(tiny_package):
+    """prometheus_client's exporter held a thread per open connection, with no cap and no timeout:
+    1,000 idle sockets left nmt-serve with 1,016 threads. Served from the event loop, 200 idle
+    sockets add none, and a scrape still gets through (beyond the cap the oldest silent one goes)."""
+    metrics_port = free_port()
+    proc, port = start(tiny_package, "--metrics-port", str(metrics_port))
+    idle = []
+    try:
+        wait_serving(port, proc)
+        assert _metric(metrics_port, "nmt_model_device{") == 1
+        before = _threads(proc.pid)
+        idle = [socket.create_connection(("127.0.0.1", metrics_port), timeout=10) for _ in range(200)]
+        time.sleep(1.0)  # time to accept them all (the old exporter started a thread for each)
+        assert _threads(proc.pid) <= before + 2  # was before + 200
+        assert _metric(metrics_port, "nmt_model_device{") == 1
+        assert _threads(proc.pid) <= before + 2
+    finally:
+        for sock in idle:
+            sock.close()
+        proc.kill()
+
+
+def test_metrics_close_silent_connections_and_make_room_for_a_scrape():
+    """A connection that sends no request within the time is closed; beyond the cap the oldest silent
+    one is closed to let the new one in; a request gets the exposition, other methods 405."""
+    async def scenario() -> None:
+        exporter = MetricsServer(Metrics().registry, max_connections=3, request_seconds=0.5)
+        port = await exporter.start("127.0.0.1", 0)
+        try:
+            silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+            await asyncio.sleep(0.1)
+            assert exporter.connections == 3
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)  # the fourth: the first goes
+            assert await asyncio.wait_for(silent[0][0].read(), 5) == b""
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), 5)
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4")
+            assert b"\r\nConnection: close\r\n" in answer and b"# TYPE nmt_requests_total counter" in answer
+            started = time.monotonic()
+            for r, _ in silent[1:]:  # sent nothing: closed after request_seconds
+                assert await asyncio.wait_for(r.read(), 5) == b""
+            assert 0.3 < time.monotonic() - started < 3
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /metrics HTTP/1.1\r\n\r\n")
+            assert (await asyncio.wait_for(reader.read(), 5)).startswith(b"HTTP/1.1 405 Method Not Allowed\r\n")
+            await asyncio.sleep(0.1)
+            assert exporter.connections == 0
+        finally:
+            await exporter.close()
+
+    asyncio.run(scenario())
 
 
 def _metric(metrics_port: int, prefix: str) -> float:
