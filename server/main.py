@@ -323,6 +323,11 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
     return RunningServer(server, port, metrics_port, service, health, models)
 
 
+# Signals that stop the server by draining. SIGHUP (the terminal or SSH session that started it
+# went away) drains too: its default would kill the process at once, failing the calls in flight.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 async def serve(cfg: ServerConfig) -> int:
     started = time.monotonic()
     try:
@@ -335,15 +340,21 @@ async def serve(cfg: ServerConfig) -> int:
              " with TLS" if cfg.tls_cert else "", running.metrics_port if running.metrics_port else "off",
              time.monotonic() - started)
     stop = asyncio.Event()
+    received: list[str] = []
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        stop.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
     await stop.wait()
     if cfg.lameduck_seconds > 0:
-        log.info("signal received: NOT_SERVING, still accepting work for %gs, then draining (grace %.0fs)",
-                 cfg.lameduck_seconds, cfg.grace_seconds)
+        log.info("%s received: NOT_SERVING, still accepting work for %gs, then draining (grace %.0fs)",
+                 received[0], cfg.lameduck_seconds, cfg.grace_seconds)
     else:
-        log.info("signal received: draining (grace %.0fs)", cfg.grace_seconds)
+        log.info("%s received: draining (grace %.0fs)", received[0], cfg.grace_seconds)
     await running.drain(cfg.grace_seconds, cfg.lameduck_seconds)
     log.info("stopped")
     return 0

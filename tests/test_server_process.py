@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import re
 import shutil
 import signal
 import socket
@@ -128,6 +129,30 @@ def test_lameduck_keeps_serving_new_work_after_sigterm_then_refuses_it(tiny_pack
         proc.kill()
 
 
+def test_sighup_drains_like_sigterm_and_says_so(tiny_package):
+    """SIGHUP (the terminal or SSH session that started nmt-serve went away) killed it at once: exit
+    -1, the call in flight UNAVAILABLE, nothing logged. It drains now, as SIGTERM does."""
+    metrics_port = free_port()
+    proc, port = start(tiny_package, "--grace-seconds", "20", "--metrics-port", str(metrics_port))
+    try:
+        wait_serving(port, proc)
+        stub = pb_grpc.TranslatorStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        in_flight = [stub.Translate.future(request(*["He said,", LONG] * 16, beam_size=8, max_output_tokens=200,
+                                                   no_sentence_split=True)) for _ in range(4)]
+        end = time.monotonic() + 30
+        while _metric(metrics_port, "nmt_texts_total{") < 4 * 32:  # every request accepted
+            assert time.monotonic() < end, "the work never arrived"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGHUP)
+        for call in in_flight:  # in-flight work finishes
+            assert [len(t.hypotheses) for t in call.result(timeout=60).translations] == [1] * 32
+        assert proc.wait(timeout=30) == 0
+        lines = _log_lines(proc.stderr.read())
+        assert lines[-2:] == ["INFO nmt.server: SIGHUP received: draining (grace 20s)", "INFO nmt.server: stopped"]
+    finally:
+        proc.kill()
+
+
 def _threads(pid: int) -> int:
     return int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                     if line.startswith("Threads:")))
@@ -220,6 +245,11 @@ def test_bad_model_package_is_a_clear_start_up_error(tiny_package, tmp_path):
     assert "tokenizer.model does not match its sha256 in model.json (corrupt or replaced)" in err
     proc, _ = start(tmp_path / "nowhere")
     assert proc.wait(timeout=60) == 2 and "the directory does not exist" in proc.stderr.read()
+
+
+def _log_lines(stderr: str) -> list[str]:
+    """stderr's log lines without their time stamps: "INFO nmt.server: ..."."""
+    return [line.split(" ", 2)[2] for line in stderr.splitlines() if re.match(r"\d{4}-\d\d-\d\d ", line)]
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has CUDA")
