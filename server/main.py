@@ -113,8 +113,9 @@ def warm_up(model: LoadedModel) -> None:
     """A real decode through both graphs, greedy and beam, for every pair, before the server
     reports SERVING: a package whose graphs do not match its model.json fails here, with
     one clear line, rather than on every request of one pair later. Then a greedy translation
-    per pair with the usual length bound: when none of them ends (eos), the model never stops
-    on its own (an eos id it was not trained with), and every answer would run to the limit."""
+    per pair with the usual length bound. When none of them ends (eos), the model translates
+    badly, which is not the server's to refuse: it serves, after a warning with the likely
+    causes (an undertrained model; an eos id it was not trained with)."""
     package, special = model.package, model.package.special_ids
     ended = []
     for pair in package.pairs:
@@ -134,9 +135,19 @@ def warm_up(model: LoadedModel) -> None:
         if hyps[0].stop_reason == StopReason.END_OF_SENTENCE:
             ended.append(pair)
     if not ended:
-        raise StartupError(f"model {model.name} ({package.path}): no warm-up translation ended: each ran to its "
-                           f"length limit, so the model never emits special_ids.eos ({special['eos']}); check "
-                           f"model.json against the checkpoint, or export it again")
+        log.warning(never_ends(model))
+
+
+def never_ends(model: LoadedModel) -> str:
+    """The warning for a model none of whose warm-up translations ended."""
+    package = model.package
+    step = package.provenance.get("step")
+    trained = f" (trained {step} steps)" if isinstance(step, int) else ""
+    return (f"model {model.name} ({package.path}): no warm-up translation of {WARM_UP_TEXT!r} ended: each ran to its "
+            f"length limit without the end-of-sentence id (special_ids.eos {package.special_ids['eos']}), so its "
+            f"translations will run on to the output-length limit. Serving it anyway. Likely causes: the model is "
+            f"undertrained{trained}: train it longer; or model.json's special ids do not match the checkpoint: "
+            f"export it again")
 
 
 # What start-up raises for what it was given: one "cannot start" line and exit 2.
