@@ -263,6 +263,7 @@ def run_server(args: argparse.Namespace, items: list[Item], batches: list[BenchB
     bs = max(len(b.rows) for b in batches)
     requests = [Request([items[i].src for i in b.rows], b.src_lang, b.tgt_lang) for b in batches]
     rows, extra = server_limits(args, len(items), bs, beam)
+    extra = [*extra, "--no-int8"]  # fp32 on the CPU (nmt-serve's default is int8): the fp32 engines' tokens
     if args.spin_threads:
         extra = [*extra, "--spin-threads"]
     runs = []

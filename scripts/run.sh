@@ -24,7 +24,7 @@ else
   .venv/bin/python scripts/run_checks.py package-unused "$PACKAGE"
   .venv/bin/nmt-export "$MODEL" "$PACKAGE" --int8 --force
 fi
-.venv/bin/nmt-serve --model "default=$PACKAGE" --host 127.0.0.1 --port "$PORT" --device auto --int8 --metrics-port -1 &
+.venv/bin/nmt-serve --model "default=$PACKAGE" --host 127.0.0.1 --port "$PORT" --device auto --metrics-port -1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
 if ! .venv/bin/python scripts/wait_serving.py --address "$ADDR" --pid "$server"; then

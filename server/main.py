@@ -98,11 +98,20 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
         models[name].longest_piece_bytes  # noqa: B018  (computed once, before requests need it)
         protected = models[name].protector.enabled  # one Protector per model, built with its tokenizer
         metrics.model_device.labels(name, runtime.device, runtime.variant, str(runtime.resident).lower()).set(1)
-        log.info("model %s: %s, pairs %s, %s on %s (%s; caches %s; placeholders %s)", name, package.path,
-                 ", ".join(package.pairs), runtime.variant, runtime.device, ", ".join(runtime.providers),
-                 f"resident on {runtime.device}" if runtime.resident else "in host memory",
-                 "on" if protected else "off (the tokenizer has no <ph1>..<ph12>)")
+        log.info("model %s: %s (%s), %s", name, package.path, ", ".join(package.pairs), placement(runtime, cfg))
+        log.debug("model %s: providers %s; caches %s; placeholders %s%s", name, ", ".join(runtime.providers),
+                  f"resident on {runtime.device}" if runtime.resident else "in host memory",
+                  "on" if protected else "off (the tokenizer has no <ph1>..<ph12>)",
+                  f"; CUDA not used: {runtime.fallback_reason}" if runtime.fallback_reason else "")
     return models
+
+
+def placement(runtime: Runtime, cfg: ServerConfig) -> str:
+    """Where and how a model runs, in words: "int8w8 graphs on the CPU (2 threads)"."""
+    if runtime.device == "cuda":
+        return f"{runtime.variant} graphs on the GPU (CUDA)"
+    threads = f"{cfg.threads} thread{'s' if cfg.threads != 1 else ''}" if cfg.threads else "onnxruntime's threads"
+    return f"{runtime.variant} graphs on the CPU ({threads})"
 
 
 class StartupError(Exception):
@@ -334,6 +343,11 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
     return RunningServer(server, port, metrics_port, service, health, models)
 
 
+def host_port(host: str, port: int) -> str:
+    """``127.0.0.1:50051``, ``[::]:50051``."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
 # Signals that stop the server by draining. SIGHUP (the terminal or SSH session that started it
 # went away) drains too: its default would kill the process at once, failing the calls in flight.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -347,9 +361,11 @@ async def serve(cfg: ServerConfig) -> int:
         raise
     except Exception as e:  # a port in use, a provider that does not start: one line, not a traceback
         raise StartupError(first_line(e)) from None
-    log.info("serving %s on port %d%s (metrics %s) in %.1fs", ", ".join(running.models), running.port,
-             " with TLS" if cfg.tls_cert else "", running.metrics_port if running.metrics_port else "off",
-             time.monotonic() - started)
+    scheme = " with TLS" if cfg.tls_cert else ""
+    metrics = f"metrics at http://{host_port(cfg.metrics_host, running.metrics_port)}/metrics" \
+        if running.metrics_port is not None else "metrics off"
+    log.info("serving %s on %s (gRPC%s; %s), ready in %.1fs", ", ".join(running.models),
+             host_port(cfg.host, running.port), scheme, metrics, time.monotonic() - started)
     stop = asyncio.Event()
     received: list[str] = []
     loop = asyncio.get_running_loop()
@@ -373,9 +389,13 @@ async def serve(cfg: ServerConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
-    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
-    log.info("configuration: %s", json.dumps(cfg.redacted(), sort_keys=True))
+    level = cfg.log_level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if level == "INFO":
+        # The engine's notes (the CUDA provider a CPU install lacks, ...) are details: the server's
+        # own lines say what runs where. Its warnings still show.
+        logging.getLogger("nmt.engine").setLevel(logging.WARNING)
+    log.debug("configuration: %s", json.dumps(cfg.redacted(), sort_keys=True))
     try:
         return asyncio.run(serve(cfg))
     except STARTUP_ERRORS as e:

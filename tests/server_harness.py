@@ -39,8 +39,9 @@ TEXTS = [
 
 class ServerThread:
     def __init__(self, package: Path, **overrides) -> None:
+        # fp32 graphs (not the served default, int8): tests compare answers with fp32 engine decodes.
         self.cfg = dataclasses.replace(ServerConfig(model=(f"tiny={package}",), host="127.0.0.1", port=0,
-                                                    device="cpu", threads=1, metrics_port=0,
+                                                    device="cpu", threads=1, int8=False, metrics_port=0,
                                                     metrics_host="127.0.0.1"), **overrides)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

@@ -61,7 +61,7 @@ def test_every_setting_has_help_with_its_default_and_variable():
         assert f.metadata["help"]
     assert "--threads THREADS onnxruntime intra-op threads on the CPU; 0 = its default (default: 0; $NMT_THREADS)" \
         in text
-    assert "(default: 127.0.0.1; $NMT_HOST)" in text and "(default: off; $NMT_INT8)" in text
+    assert "(default: 127.0.0.1; $NMT_HOST)" in text and "(default: on; $NMT_INT8)" in text
 
 
 def test_consistent_small_limits_are_fine():

@@ -28,6 +28,7 @@ import sentencepiece as spm
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cli import free_port
+from engine.cpu import int8_variant
 from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
@@ -254,23 +255,61 @@ def _log_lines(stderr: str) -> list[str]:
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has CUDA")
-def test_device_auto_on_a_cpu_build_serves_on_cpu_saying_why_once(tiny_package):
+def test_device_auto_on_a_cpu_build_serves_on_cpu_saying_why_at_debug(tiny_package):
+    """The plain onnxruntime package on a machine without a GPU is the expected CPU install: at INFO
+    the start-up says the CPU and nothing of CUDA (it said "CUDA not used ... install
+    onnxruntime-gpu" to everyone); at DEBUG the reason is there."""
+    for level in ("INFO", "DEBUG"):
+        proc, port = start(tiny_package, "--device", "auto", "--log-level", level)
+        try:
+            wait_serving(port, proc)
+            [m] = pb_grpc.TranslatorStub(grpc.insecure_channel(f"127.0.0.1:{port}")).ListModels(
+                pb.ListModelsRequest()).models
+            assert (m.device, m.device_resident) == ("cpu", False)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        lines = _log_lines(proc.stderr.read())
+        assert not [line for line in lines if line.startswith("WARNING ")]
+        why = (f"this onnxruntime build has no CUDA provider (it has {', '.join(ort.get_available_providers())}; "
+               "install onnxruntime-gpu instead of onnxruntime)")
+        said = [line for line in lines if "CUDA not used" in line]
+        if level == "INFO":
+            assert said == []
+        else:
+            assert f"INFO nmt.engine: CUDA not used, serving on the CPU: {why}" in said
+            assert any(line.startswith("DEBUG nmt.server: model tiny: providers CPUExecutionProvider") and
+                       line.endswith(f"; CUDA not used: {why}") for line in said)
+
+
+def test_start_up_says_what_is_served_where_and_how_in_plain_lines(tiny_package):
+    """At INFO: one line per model (its package, pairs, variant and device) and one saying where it
+    listens; no JSON dump of the configuration (that is at DEBUG). The variant is the default one,
+    int8 on the CPU: README's nmt-serve command, scripts/run.sh and compose serve the same graphs."""
     proc, port = start(tiny_package, "--device", "auto")
     try:
         wait_serving(port, proc)
         [m] = pb_grpc.TranslatorStub(grpc.insecure_channel(f"127.0.0.1:{port}")).ListModels(
             pb.ListModelsRequest()).models
-        assert (m.device, m.device_resident) == ("cpu", False)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-    lines = proc.stderr.read().splitlines()
-    assert not [line for line in lines if " WARNING " in line]  # the onnxruntime package: a CPU install
-    said = [line for line in lines if "CUDA not used" in line]
-    assert len(said) == 1 and " INFO nmt.engine: " in said[0]
-    assert said[0].endswith("CUDA not used, serving on the CPU: this onnxruntime build has no CUDA provider (it "
-                            f"has {', '.join(ort.get_available_providers())}; install onnxruntime-gpu instead "
-                            "of onnxruntime)")
+    variant = int8_variant(ModelPackage.load(tiny_package).variants)
+    assert variant in ("int8", "int8w8") and (m.device, m.variant) == ("cpu", variant)
+    lines = _log_lines(proc.stderr.read())
+    assert lines[0] == (f"INFO nmt.server: model tiny: {tiny_package} (en-de, de-en), {variant} graphs on the CPU "
+                        "(1 thread)")
+    assert re.fullmatch(rf"INFO nmt.server: serving tiny on 127\.0\.0\.1:{port} \(gRPC; metrics off\), ready in "
+                        r"\d+\.\ds", lines[1]), lines[1]
+    assert lines[2:] == ["INFO nmt.server: SIGTERM received: draining (grace 10s)", "INFO nmt.server: stopped"]
+    # --no-int8 serves the fp32 graphs, and says so
+    proc, port = start(tiny_package, "--no-int8")
+    try:
+        wait_serving(port, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert _log_lines(proc.stderr.read())[0].endswith("(en-de, de-en), fp32 graphs on the CPU (1 thread)")
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has CUDA")
@@ -460,7 +499,7 @@ def _broken_copy(package: Path, tmp_path: Path, name: str, change) -> Path:
      "special_ids.eos is 99999, not an id of the 400-piece vocabulary"),
     ("tag", lambda d, m: m["language_tags"].update(en=400),
      "language_tags.en is 400, not an id of the 400-piece vocabulary"),
-    ("graph", lambda d, m: (d / "decoder.onnx").write_bytes(b"\x08\x07garbage"),
+    ("graph", lambda d, m: [f.write_bytes(b"\x08\x07garbage") for f in d.glob("decoder*.onnx")],  # every variant
      "model tiny ("),
     ("heads", lambda d, m: m["model"].update(n_heads=2, d_head=32),
      "model tiny ("),

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     bindir = Path(sys.executable).parent
-    variant = ["--int8"] if args.int8 else []
+    variant = ["--int8"] if args.int8 else []  # nmt-bulk serves fp32 without it; nmt-serve needs --no-int8
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         src = d / "in.txt"
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.monotonic()
         server = subprocess.Popen([str(bindir / "nmt-serve"), "--model", f"default={args.package}", "--port",
                                    str(port), "--threads", str(args.threads), "--device", "cpu", "--metrics-port",
-                                   "-1", *variant], stderr=subprocess.DEVNULL)
+                                   "-1", *(variant or ["--no-int8"])], stderr=subprocess.DEVNULL)
         try:
             translate = [str(bindir / "nmt-translate"), "--address", f"127.0.0.1:{port}", "-s", args.source, "-t",
                          args.target, "-i", str(src), "-o", str(d / "translate.txt"), "--beam", str(args.beam), "-q",

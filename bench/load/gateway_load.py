@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     clients = [int(c) for c in args.clients.split(",")]
     pairs = bible_pairs(("en-de",), "test")[: args.requests]
     requests = [Request([pair.src], "en", "de") for pair in pairs]
-    extra = ["--int8"] if args.int8 else []
+    extra = ["--int8" if args.int8 else "--no-int8"]  # nmt-serve's own default is int8
     rows = []
     with ServerProcess(args.package, args.threads, extra=extra) as server, GatewayProcess(server.address) as gw:
         for c in clients:

@@ -186,7 +186,7 @@ async def soak(args: argparse.Namespace) -> dict:
     resources: list[dict[str, float]] = []  # server and gateway RSS and open files over time
     gateway = None
     with ServerProcess(args.package, args.threads, extra=["--metrics-port", str(metrics_port), "--metrics-host",
-                                                          "127.0.0.1", *(["--int8"] if args.int8 else [])],
+                                                          "127.0.0.1", "--int8" if args.int8 else "--no-int8"],
                        log=server_log) as srv:
         if args.hostile:
             http_port = free_port()
