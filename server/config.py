@@ -22,6 +22,7 @@ SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_senten
 MAX_BATCH_ROWS = 64
 MAX_TOKENS_IN_FLIGHT = 65536
 MAX_QUEUE = 1024
+METRICS_PORT = 9090
 # The graph variant served on the CPU, defined here once: the int8 graphs, which the README's
 # scores and the quality gate (tests/test_default_model.py) measure (within 0.21 BLEU of fp32 on
 # the shipped model). On CUDA the fp16 graphs are served when the package has them, whatever this says.
@@ -49,7 +50,10 @@ class ServerConfig(Settings):
     spin_threads: bool = setting(False, "CPU: let onnxruntime's threads spin waiting for work, between runs "
                                         "too. Off by default: they never spin, since gRPC's threads and the "
                                         "event loop need the cores during runs as well (engine/defaults.py)")
-    metrics_port: int = setting(9090, "port of the Prometheus exporter; -1 turns it off; 0 picks a free one")
+    metrics_port: int = setting(METRICS_PORT, f"port of the Prometheus exporter; -1 turns it off; 0 picks a free "
+                                              f"one. When the default, {METRICS_PORT}, is taken (a second "
+                                              f"nmt-serve on this machine), the server starts without metrics "
+                                              f"and says so; another port given here must be free")
     metrics_host: str = setting(LOCALHOST, "address the Prometheus exporter listens on (0.0.0.0: every "
                                              "interface)")
     max_texts: int = setting(64, "texts per request")

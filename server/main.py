@@ -32,7 +32,7 @@ from engine.package import ModelPackage, PackageError
 from engine.runtime import DeviceError, Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
-from server.config import ServerConfig, flag, parse_args
+from server.config import METRICS_PORT, ServerConfig, flag, parse_args
 from server.metrics import Metrics
 from server.scheduler import Scheduler, SchedulerLimits
 from server.service import LoadedModel, RequestLimits, TranslatorService, tolerant
@@ -324,8 +324,15 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
     try:
         metrics_port = await metrics.serve(cfg.metrics_port, cfg.metrics_host) if cfg.metrics_port >= 0 else None
     except OSError as e:
-        await server.stop(None)  # releases the gRPC port it bound
-        raise StartupError(cannot_listen("metrics", cfg.metrics_host, cfg.metrics_port, e)) from None
+        if e.errno != errno.EADDRINUSE or cfg.metrics_port != METRICS_PORT:
+            await server.stop(None)  # releases the gRPC port it bound
+            raise StartupError(cannot_listen("metrics", cfg.metrics_host, cfg.metrics_port, e)) from None
+        # The default port, taken: most likely a second server on this machine, which should not fail
+        # for want of metrics (any other port must be free: the error above).
+        log.warning("no metrics: the default metrics port %s:%d is already in use (another nmt-serve?); pass "
+                    "--metrics-port PORT to export them there (0 picks a free port), or --metrics-port -1 to go "
+                    "without them and without this warning", cfg.metrics_host, cfg.metrics_port)
+        metrics_port = None
     await server.start()
     try:
         models = await asyncio.to_thread(load_models, cfg, metrics)

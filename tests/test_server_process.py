@@ -34,7 +34,7 @@ from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import child
-from server.config import ServerConfig
+from server.config import METRICS_PORT, ServerConfig
 from server.main import warm_up
 from server.metrics import Metrics, MetricsServer
 from server.scheduler import Scheduler, SchedulerLimits
@@ -211,6 +211,33 @@ def test_metrics_close_silent_connections_and_make_room_for_a_scrape():
             await exporter.close()
 
     asyncio.run(scenario())
+
+
+def test_a_second_server_on_the_default_metrics_port_starts_without_metrics_and_says_so(tiny_package):
+    """The default metrics port taken (a second nmt-serve on one machine) stops nobody: the server
+    serves, without metrics, after one warning naming the port and the flag to pass."""
+    with socket.socket() as taken:
+        with contextlib.suppress(OSError):  # already taken by something else: as good
+            taken.bind(("127.0.0.1", METRICS_PORT))
+            taken.listen()
+        port = free_port()
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        env.pop("NMT_METRICS_PORT", None)
+        proc = subprocess.Popen([sys.executable, "-m", "server.main", "--model", f"tiny={tiny_package}", "--port",
+                                 str(port), "--threads", "1"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_serving(port, proc)
+            assert pb_grpc.TranslatorStub(grpc.insecure_channel(f"127.0.0.1:{port}")).Translate(
+                request("Jesus wept."), timeout=30).translations
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    lines = _log_lines(proc.stderr.read())
+    assert f"WARNING nmt.server: no metrics: the default metrics port 127.0.0.1:{METRICS_PORT} is already in use " \
+           "(another nmt-serve?); pass --metrics-port PORT to export them there (0 picks a free port), or " \
+           "--metrics-port -1 to go without them and without this warning" in lines
+    assert any(line.startswith(f"INFO nmt.server: serving tiny on 127.0.0.1:{port} (gRPC; metrics off)")
+               for line in lines)
 
 
 def _metric(metrics_port: int, prefix: str) -> float:
