@@ -18,6 +18,10 @@ is back. Every other failure, and a retryable one that used up its deadline or i
 raises :class:`TranslationError` carrying the gRPC status code, the server's message and the
 number of attempts. Streams (``translate_stream``) are not retried: a request that fails
 comes back as its own error, in band, and a broken stream raises.
+
+A server answers ListModels from the moment it listens, with no model until its models are
+loaded and warmed up; ``ready_models`` waits for them (within its timeout), which is what a
+command started right after its server needs before it checks the language pair.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ DEFAULT_ADDRESS = GRPC_ADDRESS
 # How long a command waits for a server it has not reached yet (a wrong port, a host that does not
 # resolve): long enough for a server that is starting, short of the minutes a restart is ridden out.
 FIRST_CONTACT_SECONDS = 5.0
+LOADING_POLL_SECONDS = 0.2  # how often ready_models asks a server that is still loading
 
 
 class StopReason(enum.Enum):
@@ -108,6 +113,14 @@ class TranslationError(Exception):
         code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
         details = error.details() if hasattr(error, "details") else str(error)
         return cls(code or grpc.StatusCode.UNKNOWN, details or "", attempts)
+
+
+class NotReady(TranslationError):
+    """The server answers but had not loaded its models when the time to wait for them ran out."""
+
+    def __init__(self, waited: float) -> None:
+        super().__init__(grpc.StatusCode.UNAVAILABLE, f"the server is still loading its models (waited {waited:g} s "
+                                                      "for it to be ready)")
 
 
 @dataclass(frozen=True)
@@ -353,6 +366,25 @@ class TranslatorClient:
     def list_models(self, timeout: float | None = None) -> list[pb.ModelInfo]:
         return list(self._unary("ListModels", pb.ListModelsRequest(), timeout).models)
 
+    def ready_models(self, timeout: float | None = None, first_contact: float | None = None,
+                     on_wait: Callable[[], None] | None = None) -> list[pb.ModelInfo]:
+        """ListModels once the server has its models: one that answers with none (it is loading
+        and warming them up) is asked again until ``timeout`` (default: the client's) is used up,
+        then NotReady. ``first_contact``: how long to try to reach a server at all (a wrong address
+        fails then). ``on_wait()`` is called once if it has to wait."""
+        timeout = timeout or self.timeout
+        deadline = time.monotonic() + timeout
+        models = self.list_models(timeout=min(timeout, first_contact or timeout))
+        if not models and on_wait:
+            on_wait()
+        while not models:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NotReady(timeout)
+            time.sleep(min(LOADING_POLL_SECONDS, left))
+            models = self.list_models(timeout=max(deadline - time.monotonic(), LOADING_POLL_SECONDS))
+        return models
+
     def close(self) -> None:
         for c in self._rr.channels:
             c.close()
@@ -412,6 +444,22 @@ class AsyncTranslatorClient:
 
     async def list_models(self, timeout: float | None = None) -> list[pb.ModelInfo]:
         return list((await self._unary("ListModels", pb.ListModelsRequest(), timeout)).models)
+
+    async def ready_models(self, timeout: float | None = None, first_contact: float | None = None,
+                           on_wait: Callable[[], None] | None = None) -> list[pb.ModelInfo]:
+        """As TranslatorClient.ready_models."""
+        timeout = timeout or self.timeout
+        deadline = time.monotonic() + timeout
+        models = await self.list_models(timeout=min(timeout, first_contact or timeout))
+        if not models and on_wait:
+            on_wait()
+        while not models:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NotReady(timeout)
+            await asyncio.sleep(min(LOADING_POLL_SECONDS, left))
+            models = await self.list_models(timeout=max(deadline - time.monotonic(), LOADING_POLL_SECONDS))
+        return models
 
     async def close(self) -> None:
         for c in self._rr.channels:

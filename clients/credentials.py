@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 
 from cli import UsageError, check_input_file, deprecated_alias
-from clients.client import DEFAULT_ADDRESS, Connection, TranslationError, parse_addresses
+from clients.client import DEFAULT_ADDRESS, Connection, NotReady, TranslationError, parse_addresses
 
 ADDRESS_ENV = "NMT_ADDRESS"
 TOKEN_ENV = "NMT_AUTH_TOKEN"
@@ -63,7 +63,8 @@ def connection(args: argparse.Namespace, environ: Mapping[str, str] = os.environ
 
 def explain(error: TranslationError, conn_args: argparse.Namespace) -> str:
     """The error, and for a server that cannot be reached where the client looked for it."""
-    if error.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if error.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or \
+            isinstance(error, NotReady):
         return str(error)
     where = ", ".join(parse_addresses(conn_args.address or os.environ.get(ADDRESS_ENV)))
     return f"{error} (is a server running at {where}? pass --address HOST:PORT or set ${ADDRESS_ENV})"

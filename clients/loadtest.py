@@ -230,7 +230,10 @@ async def run(args: argparse.Namespace, sentences: list[str], conn: Connection) 
     results: list[LevelResult] = []
     deadline = time.monotonic() + args.max_total
     async with AsyncTranslatorClient(connection=conn, retry=NO_RETRY, timeout=args.timeout) as client:
-        models = await client.list_models(timeout=FIRST_CONTACT_SECONDS)  # TranslationError: it does not answer
+        # TranslationError: it does not answer, or is still loading its models when --timeout is used up
+        models = await client.ready_models(timeout=args.timeout, first_contact=FIRST_CONTACT_SECONDS,
+                                           on_wait=lambda: print("nmt-loadtest: the server is loading its models; "
+                                                                 f"waiting up to {args.timeout:g} s", file=sys.stderr))
         try:  # a pair the server lacks would only send invalid requests: say so first
             served_model(models, args.source, args.target, args.model)
         except ValueError as e:

@@ -356,13 +356,20 @@ def _error_row(x: Failure) -> str:
 
 
 # ---------------------------------------------------------------- commands
-def _model_limits(conn: Connection, job: FileSettings, beam_given: bool) -> tuple[FileSettings, int, int]:
+def _model_limits(conn: Connection, job: FileSettings, beam_given: bool,
+                  quiet: bool = False) -> tuple[FileSettings, int, int]:
     """Reach the server (within FIRST_CONTACT_SECONDS: a wrong address fails in seconds, not
-    after --timeout of retries) and check the pair against what it serves; return the job (the
-    default beam within the server's largest, unless --beam was given), the most characters
-    per text and texts per request."""
+    after --timeout of retries), wait (within --timeout) for it to have its models if it is still
+    loading them, and check the pair against what it serves; return the job (the default beam
+    within the server's largest, unless --beam was given), the most characters per text and
+    texts per request."""
+    def waiting() -> None:
+        if not quiet:
+            print(f"nmt-translate: the server is loading its models; waiting up to {job.timeout:g} s",
+                  file=sys.stderr, flush=True)
+
     with TranslatorClient(connection=conn, timeout=job.timeout) as probe:
-        models = probe.list_models(timeout=min(job.timeout, FIRST_CONTACT_SECONDS))
+        models = probe.ready_models(job.timeout, first_contact=FIRST_CONTACT_SECONDS, on_wait=waiting)
     try:
         chosen = served_model(models, job.source, job.target, job.model)
     except ValueError as e:
@@ -380,7 +387,7 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: FileSettings
         lines = split_lines(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise UsageError(f"{args.input or 'stdin'} is not UTF-8 text: {e}") from None
-    job, max_chars, max_texts = _model_limits(conn, job, args.beam is not None)
+    job, max_chars, max_texts = _model_limits(conn, job, args.beam is not None, args.quiet)
     notice = _retry_notice(job.timeout)
     meta = {"input_sha256": hashlib.sha256(raw).hexdigest(), "lines": len(lines), "source": job.source,
             "target": job.target, "model": job.model, "beam_size": job.beam_size, "nbest": job.nbest,
@@ -477,7 +484,7 @@ def translate_texts(args: argparse.Namespace, conn: Connection, job: FileSetting
     attention = bool(args.attention_png)
     if attention and len(args.texts) != 1:
         raise UsageError("--attention-png draws one sentence: give exactly one text")
-    job = _model_limits(conn, job, args.beam is not None)[0]
+    job = _model_limits(conn, job, args.beam is not None, args.quiet)[0]
     with TranslatorClient(connection=conn, timeout=job.timeout, on_retry=_retry_notice(job.timeout)) as client:
         result = client.translate(args.texts, job.source, job.target, model=job.model, timeout=job.timeout,
                                   return_attention=attention, **job.options)

@@ -845,3 +845,51 @@ def test_loadtest_stops_within_max_total(server, tmp_path):
     assert rc == 0
     assert time.monotonic() - start < 10
     assert len(json.loads((tmp_path / "r.json").read_text())["levels"]) in (2, 3)
+
+
+# ---------------------------------------------------------------- started together, pointed wrong, run twice, disk full
+def test_a_command_started_while_its_server_loads_waits_for_it(tiny_package, monkeypatch, capsys):
+    """A server answers ListModels, with no model, from the moment it listens until its models are
+    loaded and warmed up: nmt-translate started right after nmt-serve said "the server has no model
+    loaded" (exit 2). It waits for them within --timeout; past it, it says the server is still
+    loading (exit 1: run it again as it is)."""
+    import server.main as server_main
+    from server.config import ServerConfig
+
+    gate = threading.Event()  # warm-up waits for it: the test decides when the models are in
+    real_warm_up = server_main.warm_up
+
+    def held_warm_up(model) -> None:
+        gate.wait(60)
+        real_warm_up(model)
+
+    monkeypatch.setattr(server_main, "warm_up", held_warm_up)
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    cfg = ServerConfig(model=(f"tiny={tiny_package}",), host="127.0.0.1", port=port, device="cpu", threads=1,
+                       int8=False, metrics_port=-1)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    starting = asyncio.run_coroutine_threadsafe(server_main.build_server(cfg), loop)
+    try:
+        with TranslatorClient(address) as c:
+            assert c.list_models(timeout=60) == []  # listening, and loading
+        assert translate_main(["-s", "en", "-t", "de", "--address", address, "--timeout", "1", "Jesus wept."]) == 1
+        assert capsys.readouterr().err == (
+            "nmt-translate: the server is loading its models; waiting up to 1 s\n"
+            "nmt-translate: error: UNAVAILABLE: the server is still loading its models (waited 1 s for it to be "
+            "ready)\n")
+        threading.Timer(1.0, gate.set).start()
+        assert translate_main(["-s", "en", "-t", "de", "--address", address, "Jesus wept."]) == 0
+        out, err = capsys.readouterr()
+        assert err.splitlines()[0] == "nmt-translate: the server is loading its models; waiting up to 120 s"
+        assert "error" not in err
+        with TranslatorClient(address) as c:
+            assert out == c.translate(["Jesus wept."], "en", "de")[0].text + "\n"
+    finally:
+        gate.set()
+        running = starting.result(120)
+        asyncio.run_coroutine_threadsafe(running.drain(1.0), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
