@@ -31,6 +31,7 @@ import dataclasses
 import enum
 import itertools
 import random
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -121,6 +122,25 @@ class NotReady(TranslationError):
     def __init__(self, waited: float) -> None:
         super().__init__(grpc.StatusCode.UNAVAILABLE, f"the server is still loading its models (waited {waited:g} s "
                                                       "for it to be ready)")
+
+
+# What grpc says when the address answers in HTTP/1.x instead of HTTP/2 (an HTTP server: the gateway,
+# a metrics port, a web server): "Trying to connect an http1.x server", or the failed parse of its
+# answer as HTTP/2 frames.
+HTTP1_HINTS = ("http1.x server", "Expected SETTINGS frame as the first frame")
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def speaks_http1(address: str, timeout: float = 2.0) -> bool:
+    """Whether ``address`` (HOST:PORT) answers the HTTP/2 preface as an HTTP/1.x server does
+    ("HTTP/1.1 400 ..."); a gRPC server answers with HTTP/2 frames. False when it cannot be reached."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
+            s.sendall(HTTP2_PREFACE)
+            return s.recv(16).startswith(b"HTTP/1.")
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,16 @@ from pathlib import Path
 
 import grpc
 
-from cli import UsageError, check_input_file, deprecated_alias
-from clients.client import DEFAULT_ADDRESS, Connection, NotReady, TranslationError, parse_addresses
+from cli import GRPC_PORT, UsageError, check_input_file, deprecated_alias
+from clients.client import (
+    DEFAULT_ADDRESS,
+    HTTP1_HINTS,
+    Connection,
+    NotReady,
+    TranslationError,
+    parse_addresses,
+    speaks_http1,
+)
 
 ADDRESS_ENV = "NMT_ADDRESS"
 TOKEN_ENV = "NMT_AUTH_TOKEN"
@@ -62,12 +70,18 @@ def connection(args: argparse.Namespace, environ: Mapping[str, str] = os.environ
 
 
 def explain(error: TranslationError, conn_args: argparse.Namespace) -> str:
-    """The error, and for a server that cannot be reached where the client looked for it."""
+    """The error, and for a server that cannot be reached where the client looked for it: an
+    HTTP server answering there (the gateway's port given for the gRPC server's), or none."""
     if error.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or \
             isinstance(error, NotReady):
         return str(error)
-    where = ", ".join(parse_addresses(conn_args.address or os.environ.get(ADDRESS_ENV)))
-    return f"{error} (is a server running at {where}? pass --address HOST:PORT or set ${ADDRESS_ENV})"
+    addresses = parse_addresses(conn_args.address or os.environ.get(ADDRESS_ENV))
+    if any(hint in error.details for hint in HTTP1_HINTS):
+        http = [a for a in addresses if speaks_http1(a)] or addresses[:1]
+        return (f"{', '.join(http)} {'is an HTTP server' if len(http) == 1 else 'are HTTP servers'} (the "
+                f"gateway?); the gRPC server usually listens on {GRPC_PORT}: pass --address HOST:{GRPC_PORT} "
+                f"or set ${ADDRESS_ENV}")
+    return f"{error} (is a server running at {', '.join(addresses)}? pass --address HOST:PORT or set ${ADDRESS_ENV})"
 
 
 def resolve_token(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> str | None:

@@ -893,3 +893,19 @@ def test_a_command_started_while_its_server_loads_waits_for_it(tiny_package, mon
         asyncio.run_coroutine_threadsafe(running.drain(1.0), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+
+
+def test_the_gateway_s_port_is_named_an_http_server(capsys):
+    """nmt-translate pointed at nmt-http's port asked "is a server running at ...?" while one was:
+    an HTTP server, answering in HTTP/1.1. It says so, and where the gRPC server usually is."""
+    from gateway.config import GatewayConfig
+    from tests.gateway_harness import GatewayThread
+
+    gateway = GatewayThread(GatewayConfig(grpc_address=f"127.0.0.1:{free_port()}"))
+    try:
+        rc = translate_main(["-s", "en", "-t", "de", "--address", f"127.0.0.1:{gateway.port}", "Jesus wept."])
+    finally:
+        gateway.stop()
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("nmt-translate")]
+    assert (rc, said) == (1, [f"nmt-translate: error: 127.0.0.1:{gateway.port} is an HTTP server (the gateway?); the "
+                              "gRPC server usually listens on 50051: pass --address HOST:50051 or set $NMT_ADDRESS"])
