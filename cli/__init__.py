@@ -10,7 +10,8 @@ Exit statuses, the same for the same outcome in every command and mode:
         (nmt-health); the command can be run again as it is
     2   a usage or input mistake, found before any work: a bad flag or value, a file or
         directory that is missing or of the wrong kind, an unknown language pair, a model
-        package that is not valid, a port already in use; the message says what to change
+        package that is not valid, a port already in use, an output file another run is
+        writing (nmt-translate); the message says what to change
     3   nmt-translate: done, but some lines could not be translated (left empty, listed)
     75  nmt-train --chunk-minutes: saved but not finished; the same command continues it
 

@@ -17,21 +17,25 @@ that is unavailable or busy (restarting, say) is retried until --timeout is used
 server's bearer token comes from --auth-token-file or $NMT_AUTH_TOKEN (--auth-token works
 too, but other users of the machine can read it in the process list). Language codes are
 case-insensitive. Exit status 3 covers failed lines of this run or of the run it resumed;
-1 (stopped: server unreachable, interrupted) leaves OUTPUT.partial to --resume later.
+1 (stopped: server unreachable, interrupted, the disk full) leaves OUTPUT.partial to --resume
+later. One run at a time writes an output: a run holds OUTPUT.lock (an flock, which the system
+drops when the process ends, even killed), and a second run on the same output is refused.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import heapq
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -258,6 +262,61 @@ def _strip_index(message: str) -> str:
 
 
 # ---------------------------------------------------------------- the output file
+class OutputError(Exception):
+    """Writing the output failed (a full disk, say); the message names the file and the reason."""
+
+
+@contextlib.contextmanager
+def _writing(what: Path | str) -> Iterator[None]:
+    """OSError (ENOSPC, EIO, ...) -> OutputError naming ``what``."""
+    try:
+        yield
+    except OSError as e:
+        raise OutputError(f"cannot write {what}: {e.strerror or e}") from None
+
+
+class OutputLock:
+    """OUTPUT.lock, locked (flock, exclusive) by the run that writes OUTPUT and OUTPUT.partial,
+    holding that run's pid: a second run on the same output (a --resume started while the first
+    still runs) is refused rather than appending to the same file. The system drops the lock when
+    the process ends, even killed, so a lock file a killed run left behind holds nothing."""
+
+    def __init__(self, output: Path) -> None:
+        self.output = output
+        self.path = output.with_name(output.name + ".lock")
+        self.fd = -1
+
+    def __enter__(self) -> OutputLock:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").split("\n")[0].strip()
+                os.close(fd)
+                holder = holder or f"it holds {self.path}"
+                raise UsageError(f"another nmt-translate run is writing {self.output} ({holder}); wait for it to "
+                                 "end, or stop it, before running this") from None
+            # The run before may have removed the file (and a third made it anew) between our open and
+            # our lock: hold the lock of the file that is at the path, or try again.
+            with contextlib.suppress(FileNotFoundError):
+                if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                    break
+            os.close(fd)
+        self.fd = fd
+        with contextlib.suppress(OSError):  # who holds it, for the message above: best effort (a full disk)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)  # while still locked, so no other run locks the file being removed
+            os.close(self.fd)
+            self.fd = -1
+
+
 class PartialOutput:
     """OUTPUT.partial written in order, with OUTPUT.partial.json saying what it is a translation of,
     and OUTPUT.errors.tsv (``line<TAB>code<TAB>message``) listing the failed lines among those
@@ -286,10 +345,13 @@ class PartialOutput:
             raise UsageError(f"{self.partial} is left from an interrupted run: continue it with --resume "
                              "or start over with --overwrite")
         else:
-            self.partial.write_bytes(b"")
+            with _writing(self.partial):
+                self.partial.write_bytes(b"")
             self.errors_path.unlink(missing_ok=True)
-        self.meta_path.write_text(json.dumps(meta, indent=1) + "\n")
-        self.file = self.partial.open("a", encoding="utf-8", newline="\n")
+        with _writing(self.meta_path):
+            self.meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+        with _writing(self.partial):
+            self.file = self.partial.open("a", encoding="utf-8", newline="\n")
         self.errors: TextIO | None = None  # opened at the first failure
 
     def _complete_lines(self) -> int:
@@ -321,33 +383,54 @@ class PartialOutput:
         return failures
 
     def write(self, line: str) -> None:
-        self.file.write(line + "\n")
+        with _writing(self.partial):
+            self.file.write(line + "\n")
 
     def flush(self) -> None:
-        self.file.flush()
+        with _writing(self.partial):
+            self.file.flush()
 
     def record_failure(self, failure: Failure) -> None:
-        if self.errors is None:
-            self.errors = self.errors_path.open("a", encoding="utf-8", newline="\n")
-        self.errors.write(_error_row(failure))
-        self.errors.flush()
+        with _writing(self.errors_path):
+            if self.errors is None:
+                self.errors = self.errors_path.open("a", encoding="utf-8", newline="\n")
+            self.errors.write(_error_row(failure))
+            self.errors.flush()
 
     def finish(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
+        with _writing(self.partial):
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
         if self.errors is not None:
-            os.fsync(self.errors.fileno())
-            self.errors.close()
-        os.replace(self.partial, self.output)
+            with _writing(self.errors_path):
+                os.fsync(self.errors.fileno())
+                self.errors.close()
+        with _writing(self.output):
+            os.replace(self.partial, self.output)
         self.meta_path.unlink(missing_ok=True)
 
     def close(self) -> None:
-        if not self.file.closed:
-            self.file.flush()
-            self.file.close()
-        if self.errors is not None and not self.errors.closed:
-            self.errors.close()
+        """Close what is open, keeping what was written; a write that fails now (the disk is still
+        full) loses only lines that --resume translates again."""
+        for f in (self.file, self.errors):
+            if f is not None and not f.closed:
+                with contextlib.suppress(OSError):
+                    f.close()
+
+
+class _Stdout:
+    """Standard output for the file translator: a write that fails is an OutputError."""
+
+    @staticmethod
+    def write(text: str) -> None:
+        with _writing("to standard output"):
+            sys.stdout.write(text)
+
+    @staticmethod
+    def flush() -> None:
+        with _writing("to standard output"):
+            sys.stdout.flush()
 
 
 def _error_row(x: Failure) -> str:
@@ -382,6 +465,13 @@ def _model_limits(conn: Connection, job: FileSettings, beam_given: bool,
 def translate_file(args: argparse.Namespace, conn: Connection, job: FileSettings) -> int:
     if args.resume and not args.output:
         raise UsageError("--resume needs -o/--output (standard output cannot be resumed)")
+    if not args.output:
+        return _translate_file(args, conn, job)
+    with OutputLock(Path(args.output)):  # before anything is read or written: one run per output
+        return _translate_file(args, conn, job)
+
+
+def _translate_file(args: argparse.Namespace, conn: Connection, job: FileSettings) -> int:
     raw = Path(args.input).read_bytes() if args.input and args.input != "-" else sys.stdin.buffer.read()
     try:
         lines = split_lines(raw.decode("utf-8"))
@@ -413,21 +503,39 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: FileSettings
             if failure:
                 out.record_failure(failure)
         else:
-            sys.stdout.write(line + "\n")
+            _Stdout.write(line + "\n")
 
     async def run() -> FileTranslator:
         async with AsyncTranslatorClient(connection=conn, timeout=job.timeout, on_retry=notice) as c:
             translator = FileTranslator(c, job, max_chars, max_texts)
-            flusher = asyncio.create_task(_flush_every(out or sys.stdout, 0.5))
-            try:
-                await translator.run(lines, start, emit, progress)
+            work = asyncio.create_task(translator.run(lines, start, emit, progress))
+            flusher = asyncio.create_task(_flush_every(out or _Stdout, 0.5))
+            try:  # the flusher ends only when a flush fails (OutputError): that stops the work too
+                await asyncio.wait({work, flusher}, return_when=asyncio.FIRST_COMPLETED)
+                if flusher.done():
+                    flusher.result()
+                work.result()
             finally:
-                flusher.cancel()
-                (out or sys.stdout).flush()
+                for task in (work, flusher):
+                    task.cancel()
+                await asyncio.gather(work, flusher, return_exceptions=True)
+                (out or _Stdout).flush()
             return translator
 
     try:
         translator = asyncio.run(run())
+        if out:
+            out.finish()
+    except OutputError as e:  # a full disk, say: one line, and what to do
+        if out:
+            out.close()
+        else:  # what standard output still buffers would fail again at exit, with a traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        progress.close()
+        resume = f"; the lines finished so far are in {out.partial}: make room and run the same command with " \
+                 "--resume to translate the rest" if out else ""
+        print(f"nmt-translate: error: {e}{resume}", file=sys.stderr)
+        return EXIT_STOPPED
     except (TranslationError, KeyboardInterrupt) as e:
         if out:
             out.close()
@@ -439,8 +547,6 @@ def translate_file(args: argparse.Namespace, conn: Connection, job: FileSettings
                   "translate the rest", file=sys.stderr)
         return EXIT_STOPPED
     progress.close()
-    if out:
-        out.finish()
     warn_length_limited(limited, "line")
     failures = earlier + translator.failures  # both in line order, the earlier run's lines first
     return report_failures(failures, out.errors_path if out else None)

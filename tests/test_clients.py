@@ -37,7 +37,7 @@ from clients.progress import Progress
 from clients.translate_file import FileSettings, FileTranslator, format_translation, split_lines
 from clients.translate_file import main as translate_main
 from engine.defaults import BEAM_SIZE
-from tests.server_harness import TEXTS, ServerThread
+from tests.server_harness import TEXTS, ServerThread, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_CHARS = 300
@@ -909,3 +909,58 @@ def test_the_gateway_s_port_is_named_an_http_server(capsys):
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("nmt-translate")]
     assert (rc, said) == (1, [f"nmt-translate: error: 127.0.0.1:{gateway.port} is an HTTP server (the gateway?); the "
                               "gRPC server usually listens on 50051: pass --address HOST:50051 or set $NMT_ADDRESS"])
+
+
+def test_a_second_run_on_the_same_output_is_refused_naming_the_first(server, tmp_path, capsys):
+    """`nmt-translate -o c.out` and, while it ran, the same with --resume both appended to
+    c.out.partial. The first run holds c.out.lock; the second is refused in one line naming it."""
+    out, lock = tmp_path / "c.out", tmp_path / "c.out.lock"
+    src = tmp_path / "in.txt"
+    src.write_text("Jesus wept.\nPeace be with you.\n")
+    # The first run reads its input from a pipe the test holds open: it runs (holding the lock) until
+    # the test writes the lines.
+    first = subprocess.Popen([sys.executable, "-m", "clients.translate_file", "-s", "en", "-t", "de", "-i", "-",
+                              "-o", str(out), "-q", "--address", server.address], cwd=ROOT, text=True,
+                             stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    try:
+        wait_until(lambda: lock.exists() and lock.read_text().startswith(f"pid {first.pid}, started "))
+        holder = lock.read_text().strip()
+        second = ["-s", "en", "-t", "de", "-i", str(src), "-o", str(out), "--resume", "-q", "--address",
+                  server.address]
+        assert translate_main(second) == 2
+        assert capsys.readouterr().err == (f"nmt-translate: error: another nmt-translate run is writing {out} "
+                                           f"({holder}); wait for it to end, or stop it, before running this\n")
+        assert not (tmp_path / "c.out.partial").exists()  # the refused run wrote nothing
+        _, err = first.communicate(src.read_text(), timeout=60)
+        assert first.returncode == 0, err
+    finally:
+        first.kill()
+    first_output = out.read_text()
+    assert len(split_lines(first_output)) == 2 and not lock.exists()
+    # A lock file left by a run that was killed holds no lock: the next run goes ahead.
+    lock.write_text("pid 1, started 2000-01-01 00:00:00\n")
+    assert translate_main([*second[:-4], "--overwrite", "-q", "--address", server.address]) == 0
+    assert out.read_text() == first_output and not lock.exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_full_disk_ends_in_one_line_naming_the_file_and_resume(server, tmp_path, capsys):
+    """A full disk ended in a 36-line chained ENOSPC traceback. Now one line: the file, the reason,
+    and --resume; exit 1. (c.out.partial is a link to /dev/full, where every write fails with ENOSPC.)"""
+    src = tmp_path / "in.txt"
+    src.write_text("Jesus wept.\nPeace be with you.\n")
+    out = tmp_path / "c.out"
+    (tmp_path / "c.out.partial").symlink_to("/dev/full")
+    rc = translate_main(["-s", "en", "-t", "de", "-i", str(src), "-o", str(out), "--overwrite", "-q", "--address",
+                         server.address])
+    assert (rc, capsys.readouterr().err) == (
+        1, f"nmt-translate: error: cannot write {out}.partial: No space left on device; the lines finished so far "
+           f"are in {out}.partial: make room and run the same command with --resume to translate the rest\n")
+    assert not out.exists() and not (tmp_path / "c.out.lock").exists()
+    with open("/dev/full", "w") as full:  # standard output on a full disk: one line, no traceback at exit
+        r = subprocess.run([sys.executable, "-m", "clients.translate_file", "-s", "en", "-t", "de", "-i", str(src),
+                            "-q", "--address", server.address], stdout=full, stderr=subprocess.PIPE, text=True,
+                           cwd=ROOT, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    assert (r.returncode, r.stderr) == (1, "nmt-translate: error: cannot write to standard output: No space left "
+                                           "on device\n")
