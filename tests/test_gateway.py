@@ -619,14 +619,15 @@ def test_no_server_is_503_and_not_ready(caplog):
         assert r.json()["error"].startswith("UNAVAILABLE: ")
         for r in (g.client.post("/translate", json={"q": "Jesus wept.", "source": "en", "target": "de"}),
                   g.client.post("/v1/translate", json={"q": "Jesus wept.", "source": "en", "target": "de"}),
-                  g.client.get("/languages"), g.client.get("/v1/models")):
+                  g.client.get("/languages"), g.client.get("/v1/models"),
+                  # auto and /detect ask the server which languages its models serve
+                  g.client.post("/translate", json={"q": "Jesus wept.", "source": "auto", "target": "de"}),
+                  g.client.post("/detect", json={"q": "Jesus wept."})):
             assert r.status_code == 503 and r.headers["retry-after"] == "1"
             assert r.json()["error"].startswith(f"the translation server at 127.0.0.1:{port} is unavailable: ")
             assert "Traceback" not in r.text
-        # source auto without a server to ask for the codes
-        r = g.client.post("/translate", json={"q": "Jesus wept.", "source": "auto", "target": "de"})
-        assert (r.status_code, r.json()) == (400, {"error": "source 'auto' (language detection) is not supported; "
-                                                            "give the source language's code"})
+        # LibreTranslate's settings still answer, without a character limit to give
+        assert g.client.get("/frontend/settings").json()["charLimit"] == -1
     finally:
         g.stop()
 
