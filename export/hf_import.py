@@ -1,11 +1,15 @@
 """``nmt-import``: a model people already have -> our model package, every variant.
 
+    nmt-import Helsinki-NLP/opus-mt-en-de packages/opus-mt-en-de --int8
     nmt-import ~/models/opus-mt-en-de packages/opus-mt-en-de --int8
     nmt-import ~/models/nllb-200-distilled-600M packages/nllb --languages en,de,fr --int8
 
 The source is a local Hugging Face directory (config.json, model.safetensors or
 pytorch_model.bin, the tokenizer's files), as ``save_pretrained`` or a hub download leaves
-it; nothing is downloaded. Two architectures:
+it, or a model id (``owner/name``, or ``hf:owner/name``) when no such directory exists: then
+huggingface_hub's ``snapshot_download`` fetches only the files the import reads into the
+hub's own cache (HF_HOME, HF_HUB_CACHE; HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE are
+honoured), at ``--revision``. Two architectures:
 
 - ``MarianMTModel`` (OPUS-MT, ~1,400 models): post-LN, swish, a sinusoidal table laid out
   [sin half | cos half], ``final_logits_bias``, one vocabulary shared by source and target
@@ -40,6 +44,7 @@ import os
 import re
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -62,6 +67,115 @@ M2M100_POSITION_OFFSET = 2  # M2M100 looks position p up at row pad_id + 1 + p (
 
 class ImportRefused(ValueError):
     """A directory this importer cannot turn into a package; the message names what and why."""
+
+
+# ---------------------------------------------------------------- a model id: fetch it from the hub
+HUB_PREFIX = "hf:"
+MODEL_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+TOKENIZER_FILES = ("config.json", "source.spm", "target.spm", "vocab.json", "sentencepiece.bpe.model",
+                   "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def hub_id(source: str | Path) -> str | None:
+    """The model id ``source`` names (``owner/name`` or ``hf:owner/name``) when it is not an
+    existing path; None for a path."""
+    text = str(source)
+    if text.startswith(HUB_PREFIX):
+        return text[len(HUB_PREFIX):]
+    if Path(text).exists() or not MODEL_ID.fullmatch(text):
+        return None
+    return text
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _hub_cache() -> str | None:
+    """The hub's cache, from the environment as it is now (huggingface_hub reads it once, when
+    it is imported); None: huggingface_hub's own default."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return str(Path(os.environ["HF_HOME"]) / "hub")
+    return None
+
+
+def weight_files(names: list[str]) -> list[str]:
+    """The weights to fetch among a repository's top-level files: safetensors (one file or
+    shards with their index), else pytorch_model.bin (the same); never both."""
+    top = [n for n in names if "/" not in n]
+    for pattern in (r"model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json",
+                    r"pytorch_model(-\d+-of-\d+)?\.bin|pytorch_model\.bin\.index\.json"):
+        chosen = [n for n in top if re.fullmatch(pattern, n)]
+        if chosen:
+            return chosen
+    return []
+
+
+def fetch(model_id: str, revision: str | None = None, log=print) -> Path:
+    """The directory of ``model_id`` at ``revision`` in the hub's cache, with the files this
+    importer reads, downloaded if they are not there yet. ImportRefused, on one line, says why
+    it cannot be fetched (offline, not found, gated, unreachable) and what to give instead."""
+    try:
+        from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub.errors import (
+            GatedRepoError,
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+    except ImportError:
+        raise ImportRefused("nmt-import needs huggingface_hub to fetch a model id: pip install '.[hf]'") from None
+    at = f" at revision {revision}" if revision else ""
+    instead = (f"download it where the hub can be reached (e.g. `hf download {model_id} --local-dir DIR`) and "
+               f"give nmt-import that directory")
+
+    def refused(why: str) -> ImportRefused:
+        return ImportRefused(f"cannot fetch the model {model_id}{at}: {why}; {instead}")
+
+    endpoint = os.environ.get("HF_ENDPOINT") or None  # read now: huggingface_hub read it at its import
+    cache = _hub_cache()
+    offline = _truthy("HF_HUB_OFFLINE")
+    names: list[str] | None = None
+    if not offline:
+        try:
+            info = HfApi(endpoint=endpoint).model_info(model_id, revision=revision)
+            names = [s.rfilename for s in info.siblings or ()]
+        except GatedRepoError:
+            raise refused("the model is gated: accept its conditions on its page, then log in "
+                          "(`hf auth login` or HF_TOKEN)") from None
+        except RepositoryNotFoundError:
+            raise refused("not found on the hub (no such model, or a private one: log in with `hf auth login` "
+                          "or HF_TOKEN)") from None
+        except RevisionNotFoundError:
+            raise refused(f"the model has no revision {revision}") from None
+        except HfHubHTTPError as e:
+            status = e.response.status_code if e.response is not None else None
+            if status == 404:
+                raise refused("not found on the hub") from None
+            log(f"the hub answered {status}; looking for {model_id} in the cache")
+        except OSError as e:  # requests' ConnectionError and Timeout among them: the cache may still have it
+            log(f"the hub cannot be reached ({type(e).__name__}); looking for {model_id} in the cache")
+    if names is not None:
+        weights = weight_files(names)
+        if not weights:
+            raise refused("it has no model.safetensors or pytorch_model.bin (weights Transformers reads)")
+        patterns = [n for n in names if n in TOKENIZER_FILES] + weights
+        log(f"fetching {model_id}{at}: {', '.join(patterns)}")
+    else:
+        patterns = [*TOKENIZER_FILES, "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
+                    "pytorch_model.bin.index.json"]
+    try:
+        path = snapshot_download(model_id, revision=revision, cache_dir=cache, endpoint=endpoint,
+                                 allow_patterns=patterns, local_files_only=names is None)
+    except LocalEntryNotFoundError:
+        why = ("offline (HF_HUB_OFFLINE is set)" if offline else "the hub cannot be reached")
+        raise refused(f"{why} and it is not in the hub's cache") from None
+    except (HfHubHTTPError, OSError) as e:
+        raise refused(f"the download failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    return Path(path)
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -131,9 +245,9 @@ def model_config(config: dict[str, Any]) -> ModelConfig:
 
 def load_hf(directory: Path, kind: str) -> Any:
     """The Transformers model of ``directory`` in eval mode, float32, offline."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory; never the network
     try:
-        from transformers import M2M100ForConditionalGeneration, MarianMTModel
+        with _offline():  # a local directory; never the network
+            from transformers import M2M100ForConditionalGeneration, MarianMTModel
     except ImportError:
         raise ImportRefused("nmt-import needs Transformers to read the directory: pip install '.[hf]'") from None
     cls = MarianMTModel if kind == MARIAN else M2M100ForConditionalGeneration
@@ -144,6 +258,19 @@ def load_hf(directory: Path, kind: str) -> Any:
         raise ImportRefused(f"{directory}: Transformers cannot load the model: {str(e).splitlines()[0]}") from None
     check_loading(directory, model, info)
     return model.eval()
+
+
+@contextmanager
+def _offline():
+    """HF_HUB_OFFLINE=1 while Transformers is first imported (it reads it then), and not after:
+    a model id fetched later in the same process still reaches the hub."""
+    before = os.environ.get("HF_HUB_OFFLINE")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
 
 
 def check_loading(directory: Path, model: Any, info: dict[str, Any]) -> None:
@@ -380,11 +507,19 @@ def _json(path: Path) -> dict[str, Any]:
 
 def import_model(directory: str | Path, out_dir: str | Path, int8: bool = False, fp16: bool = False,
                  force: bool = False, pair: str | None = None, languages: list[str] | None = None,
-                 log=print) -> ModelPackage:
-    """The whole import: read and check, convert, then nmt-export's pipeline."""
-    directory, out_dir = Path(directory), Path(out_dir)
+                 revision: str | None = None, log=print) -> ModelPackage:
+    """The whole import: fetch a model id, read and check, convert, then nmt-export's pipeline."""
+    out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not force)):
         raise ImportRefused(f"{out_dir} exists and is not an empty directory; pass --force to overwrite it")
+    model_id = hub_id(directory)
+    origin: dict[str, Any] = {}
+    if model_id is not None:
+        directory = fetch(model_id, revision, log=log)
+        origin = {"hub_model_id": model_id, "hub_revision": directory.name}  # the snapshot's commit
+    elif revision is not None:
+        raise ImportRefused(f"--revision is for a model id; {directory} is a directory")
+    directory = Path(directory)
     config = read_config(directory)
     kind = config["model_type"]
     m = model_config(config)
@@ -404,7 +539,7 @@ def import_model(directory: str | Path, out_dir: str | Path, int8: bool = False,
             max_source_tokens=m.max_positions, max_target_tokens=m.max_positions - 1 - bool(codes),
             graphs=(*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS), tokenizer=PIECES,
             source_codes=codes, target_codes=codes,
-            provenance={"imported_from": directory.name, "architecture": SUPPORTED[kind],
+            provenance={"imported_from": model_id or directory.name, **origin, "architecture": SUPPORTED[kind],
                         "hf_config": config, "model": asdict(m), "opset": OPSET, "torch": torch.__version__,
                         "max_abs_diff_vs_torch": worst,
                         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
@@ -414,8 +549,10 @@ def import_model(directory: str | Path, out_dir: str | Path, int8: bool = False,
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="nmt-import", description=__doc__, epilog=exit_status_help(EXIT_FAILED, EXIT_USAGE))
-    p.add_argument("directory", help="a local Hugging Face model directory (config.json, weights, tokenizer files)")
+    p.add_argument("directory", help="a local Hugging Face model directory (config.json, weights, tokenizer files), "
+                                     "or a model id (owner/name or hf:owner/name) to fetch into the hub's cache")
     p.add_argument("out_dir", help="the model package directory to write (created with its parents)")
+    p.add_argument("--revision", help="a model id's branch, tag or commit (default: the hub's default branch)")
     p.add_argument("--int8", action="store_true", help="add int8 graphs (dynamic quantization) for the CPU")
     p.add_argument("--fp16", action="store_true", help="add half-precision graphs for CUDA")
     p.add_argument("--force", action="store_true", help="overwrite an existing, non-empty out_dir")
@@ -431,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         import_model(args.directory, args.out_dir, int8=args.int8, fp16=args.fp16, force=args.force, pair=args.pair,
-                     languages=args.languages)
+                     languages=args.languages, revision=args.revision)
     except (ImportRefused, FileNotFoundError) as e:
         return fail("nmt-import", str(e), EXIT_USAGE)
     except RuntimeError as e:  # the exported graphs do not match PyTorch
