@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m bench.gpu_run", description=__doc__,
                        epilog=exit_status_help(EXIT_FAILED, EXIT_USAGE))
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="where the run decodes")
-    p.add_argument("--out", type=Path, default=Path("gpu-results"), help="results.json and results.md go here")
+    p.add_argument("--out", type=Path, default=Path("runs/gpu-results"),
+                   help="results.json and results.md go here")
     p.add_argument("--work", type=Path, help="intermediate files: packages, nmt-bench and loadtest JSON, profiles "
                    "(default: runs/gpu_run-DEVICE)")
     p.add_argument("--checkpoint", default="models/default", help="the model: a checkpoint, a shipped model's "
@@ -447,12 +448,23 @@ class Run:
         (out / "results.json").write_text(json.dumps(self.result, indent=1, ensure_ascii=False) + "\n")
         (out / "results.md").write_text(markdown(self.result))
 
+    def no_cuda(self, name: str) -> str:
+        """Why phase ``name`` cannot run on CUDA here ('' when it can, or on the CPU)."""
+        if self.args.device != "cuda" or name in ("setup", "export"):
+            return ""
+        host = self.result.get("host", {})
+        ort_cuda = "CUDAExecutionProvider" in host.get("providers", [])
+        if name == "speed":
+            return "" if ort_cuda or host.get("torch_cuda") else "no CUDA here: neither onnxruntime nor torch sees one"
+        return "" if ort_cuda else "onnxruntime has no CUDAExecutionProvider here (carry the .gpu/ chunks)"
+
     def phase(self, name: str, fn: Any) -> None:
         if name not in self.args.phases:
             return
         need = MIN_SECONDS[self.args.device].get(name, 0)
-        if name != "setup" and self.left() < need:
-            why = f"{self.left():.0f} s left of the budget, the phase needs at least {need} s"
+        why = self.no_cuda(name)
+        if why or (name != "setup" and self.left() < need):
+            why = why or f"{self.left():.0f} s left of the budget, the phase needs at least {need} s"
             self.result["phases"][name] = {"status": "skipped", "why": why}
             log(f"{name}: skipped ({why})")
             self.write()
@@ -599,7 +611,7 @@ class Run:
             log("profile: " + ", ".join(f"{o['op']} {o['share']:.0%}" for o in summary["top_ops"][:5]))
 
     def correctness(self) -> None:
-        from bench.nmt_bench import bleu, make_batches
+        from bench.nmt_bench import make_batches
 
         args, s = self.args, self.sentences
         items = s.items
@@ -626,6 +638,21 @@ class Run:
                 ref_procs[mode].append((mine, proc))
         log(f"correctness: CPU fp32 reference in {sum(len(v) for v in ref_procs.values())} processes, "
             f"{len(items)} sentences x {len(args.modes)} modes")
+        try:
+            self.compare(items, ids, order, beams, ref_procs, workers, texts_of)
+        finally:  # a failure leaves no worker behind
+            for procs in ref_procs.values():
+                for _, proc in procs:
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.communicate()
+
+    def compare(self, items: list[Any], ids: list[list[list[int]]], order: list[int], beams: dict[str, int],
+                ref_procs: dict[str, list[tuple[list[int], subprocess.Popen]]], workers: int, texts_of: Any) -> None:
+        """The device's variants decoded while the reference runs, then compared with it."""
+        from bench.nmt_bench import bleu
+
+        args, s = self.args, self.sentences
         device_runs: dict[tuple[str, str], dict[str, Any]] = {}
         for variant in args.variants:
             for mode in args.modes:
@@ -642,13 +669,12 @@ class Run:
         ref_seconds: dict[str, float] = {}
         for mode, procs in ref_procs.items():
             outputs: list[list[int]] = [[] for _ in ids]
-            start = time.monotonic()
             for mine, proc in procs:
                 got = finish_worker(proc, self.left() + 60)
                 per_batch = iter(got["outputs"])
                 for k in mine:
                     outputs[k] = [next(per_batch) for _ in ids[k]]
-            ref_seconds[mode] = round(time.monotonic() - start, 1)
+                ref_seconds[mode] = round(max(ref_seconds.get(mode, 0.0), got["seconds"]), 1)  # the slowest worker
             reference[mode] = texts_of([o for batch in outputs for o in batch])
         refs = [it.ref for it in items]
         dirs = [f"{it.src_lang}-{it.tgt_lang}" for it in items]
@@ -686,8 +712,14 @@ class Run:
 
         variants = ModelPackage.load(self.args.package).variants
         engines, notes = [], []
+        host = self.result.get("host", {})
         for e in self.args.engines:
-            if e.startswith("ct2") and importlib.util.find_spec("ctranslate2") is None:
+            if self.args.device == "cuda" and e.startswith("onnx") and "CUDAExecutionProvider" not in host.get(
+                    "providers", []):
+                notes.append(f"{e}: not run, onnxruntime has no CUDAExecutionProvider here")
+            elif self.args.device == "cuda" and e.startswith("pytorch") and not host.get("torch_cuda"):
+                notes.append(f"{e}: not run, torch sees no CUDA device")
+            elif e.startswith("ct2") and importlib.util.find_spec("ctranslate2") is None:
                 notes.append(f"{e}: not run, ctranslate2 is not installed here (pip install ctranslate2)")
             elif e == "onnx-int8" and not any(v.startswith("int8") for v in variants):
                 notes.append(f"{e}: not run, the package has no int8 graphs")
@@ -705,6 +737,8 @@ class Run:
         tsv.parent.mkdir(parents=True, exist_ok=True)
         tsv.write_text("".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8")
         engines, notes = self.bench_engines()
+        if not engines:
+            raise RuntimeError("no engine can run here: " + "; ".join(notes))
         runs = []
         if 1 in args.batch_sizes:
             runs.append(([1], min(args.batch1_sentences, len(pairs))))

@@ -4,7 +4,7 @@
 # OUT/results.json, a summary in OUT/results.md, the whole output in OUT/gpu_run.log (three files,
 # within what a GPU call brings back). About 8 minutes on the GPU host, set-up included.
 #
-#   bash scripts/gpu_run.sh                           # CUDA; OUT is $OUT, else gpu-results
+#   bash scripts/gpu_run.sh                           # CUDA; OUT is $OUT, else runs/gpu-results
 #   bash scripts/gpu_run.sh --device cpu --out /tmp/r # small sizes on the CPU (~2 minutes): the same code
 #   bash scripts/gpu_run.sh --dry-run                 # the plan only
 #   bash scripts/gpu_run.sh --checkpoint C --package P --verses 100 --budget-s 300 ...   (python -m bench.gpu_run --help)
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-device=cuda out=${OUT:-gpu-results} dry=0 pass=()
+device=cuda out=${OUT:-runs/gpu-results} dry=0 pass=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; pass+=("$1" "$2"); shift 2 ;;
