@@ -27,7 +27,7 @@ def test_dry_run_prints_the_plan_of_each_device(capsys, tmp_path):
     plan = capsys.readouterr().out
     for words in ("--fp16", "879 verses of John", "fp16, fp32, fp16-host on cuda against fp32 on the CPU",
                   "--device cuda --engines pytorch-cache,onnx-fp32,onnx-fp16,ct2-fp16", "batches 32,128,256",
-                  "--concurrency 64,256", "budget 450 s"):
+                  "--concurrency 64,256", "budget 480 s"):
         assert words in plan, words
     assert gpu_run.main(["--device", "cpu", "--dry-run"]) == 0
     plan = capsys.readouterr().out
