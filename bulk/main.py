@@ -60,6 +60,7 @@ from clients.translate_file import (
     warn_length_limited,
 )
 from engine.defaults import BEAM_SIZE
+from server.config import INT8
 
 BLOCK_LINES = 1000  # rows per block: what a kill can cost, and the unit actors take
 TASKS_PER_ACTOR = 2  # blocks queued at each actor, so it never waits for the driver
@@ -72,7 +73,7 @@ class ActorSettings:
 
     package: str
     threads: int = 1
-    int8: bool = False
+    int8: bool = INT8
     device: str = "cpu"
 
 
@@ -315,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--actors", type=int, default=1, help="actors, each with the model loaded (default: 1)")
     p.add_argument("--threads", type=int, default=1, help="onnxruntime threads per actor, the CPUs each asks "
                    "Ray for (default: 1)")
-    p.add_argument("--int8", action="store_true", help="CPU: the int8 graphs, as nmt-serve --int8")
+    p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=INT8,
+                   help="CPU: the int8 graphs, as nmt-serve serves by default (--no-int8: fp32)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per actor")
     p.add_argument("--ray-address", help="join this Ray cluster ('auto': the one this machine belongs to); "
                    "default: start one here")

@@ -54,7 +54,7 @@ def reference(tiny_package, rows, tmp_path_factory) -> tuple[bytes, bytes]:
     """What nmt-translate writes for the rows through a real server: output and errors file."""
     d = tmp_path_factory.mktemp("reference")
     (d / "in.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    server = ServerThread(tiny_package, model=(f"default={tiny_package}",))
+    server = ServerThread(tiny_package, model=(f"default={tiny_package}",), int8=True)  # the served default
     try:
         rc = translate_main(["-s", "en", "-t", "de", "-i", str(d / "in.txt"), "-o", str(d / "out.txt"), "--beam",
                              "1", "--address", server.address, "-q"])
