@@ -6,6 +6,9 @@ without sending any work, run beside the normal load.
 - ``idle_tcp``: TCP connections to a port that send nothing, reopened when closed;
 - ``slow_headers`` (slowloris): HTTP requests whose headers trickle in a line at a time;
 - ``slow_bodies``: HTTP requests announcing a 1 MB body and sending a kilobyte now and then;
+- ``http_bombs``: format=html requests with thousands of unclosed or nested tags, one with
+  more tags than the gateway's limit (400), and requests with both Content-Length and
+  Transfer-Encoding (400, connection closed);
 - ``watch_health``: gRPC Health and the gateway's /readyz once a second: each must answer.
 
 Each actor counts how its connections or calls ended (``Outcomes``).
@@ -34,6 +37,10 @@ class Outcomes(collections.Counter):
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
 
 
 async def idle_streams(address: str, n: int, until: float, out: Outcomes) -> None:
@@ -150,6 +157,44 @@ async def http_translate(host: str, port: int, until: float, out: Outcomes, text
         except (OSError, TimeoutError) as e:
             status = type(e).__name__
         out["http-translate", status] += 1
+
+
+def _post(body: bytes, extra: bytes = b"") -> bytes:
+    return (b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\n" + extra + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def _html(q: str) -> bytes:
+    return _post(json.dumps({"q": q, "source": "en", "target": "de", "format": "html"}).encode())
+
+
+BOMBS = {  # name -> the raw request; each must be answered 200 or 400, never hang or take health down
+    "unclosed-tags": _html("<p>" + "<b>" * 6000 + "Click OK."),
+    "nested-tags": _html("<b>" * 1200 + "Click OK." + "</b>" * 1200),
+    "over-tag-limit": _html("<i>x</i>" * 12000),
+    "cl-and-te": _post(b'{"q": "Hello", "source": "en", "target": "de"}', b"Transfer-Encoding: chunked\r\n")
+                 + b"GET /languages HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+}
+
+
+async def http_bombs(host: str, port: int, until: float, out: Outcomes) -> None:
+    """One bomb after another, each on its own connection; counted as ("http-bomb NAME", status)."""
+    names = list(BOMBS)
+    i = 0
+    while time.monotonic() < until:
+        name = names[i % len(names)]
+        i += 1
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(BOMBS[name])
+            answer = await asyncio.wait_for(reader.read(), 60)
+            writer.close()
+            status = answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "no answer"
+            if name == "cl-and-te" and answer.count(b"HTTP/1.1 ") > 1:
+                status += " and a pipelined answer"
+        except (OSError, TimeoutError) as e:
+            status = type(e).__name__
+        out[f"http-bomb {name}", status] += 1
 
 
 async def watch_health(address: str, http_host: str, http_port: int, until: float, failures: list[str]) -> int:

@@ -10,7 +10,11 @@ Each client loops over a random mix of calls:
 - ``stream``: a TranslateStream of 4-12 requests read to the end (OK, one answer per request);
 - ``stream-cancel``: a TranslateStream of 20 requests cancelled after its first answer (CANCELLED);
 - ``malformed``: bytes that are not a TranslateRequest (INVALID_ARGUMENT);
-- ``invalid``: an unsupported language pair (INVALID_ARGUMENT).
+- ``invalid``: an unsupported language pair (INVALID_ARGUMENT);
+- ``hostile-text``: one of the inputs an adversarial probe once garbled or answered with
+  internal symbols (``HOSTILE_TEXTS``: nine numbers, a dozen URLs, a user's ``<phN>`` and
+  ``<2xx>``, invisible characters, letterless text, NUL bytes); every answer is checked: no
+  internal symbol the text did not hold, no number it did not hold, letterless text unchanged.
 
 It prints calls by kind and status code, latency p50/p99 of each kind, the server's RSS over
 time (and a plot with ``--plot``), and then checks what must hold after any load: every
@@ -20,10 +24,12 @@ got a code its kind cannot explain, and the in-flight and queue gauges returned 
 
 ``--hostile`` adds the HTTP gateway in front of the server and, beside the normal load, the
 slow and idle clients of bench/load/hostile.py: streams and TCP connections that send nothing,
-HTTP requests whose headers or body trickle in, and a few well-behaved HTTP clients. It then
+HTTP requests whose headers or body trickle in, HTML bombs (thousands of unclosed or nested
+tags, more tags than the limit) and smuggling attempts (Content-Length with
+Transfer-Encoding), and a few well-behaved HTTP clients. It then
 also checks that gRPC health and the gateway's /readyz answered every second, that the
 server's and the gateway's open files stayed within their connection caps, that their RSS
-at the end is within 1.5x of what it was after the first minute, and that their logs stayed
+and thread counts at the end are within 1.5x of what they were after the first minute, and that their logs stayed
 short (the floods are rate-limited lines).
 Exit status 0 when all hold, 1 otherwise. ``--json`` keeps the figures.
 """
@@ -36,6 +42,7 @@ import collections
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -54,7 +61,19 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.child import ServerProcess, process_rss_mib, stop_process
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "modern.tsv"
-MIX = {"normal": 50, "short-deadline": 20, "stream": 10, "stream-cancel": 8, "malformed": 7, "invalid": 5}
+MIX = {"normal": 50, "short-deadline": 20, "stream": 10, "stream-cancel": 8, "malformed": 7, "invalid": 5,
+       "hostile-text": 8}
+# Inputs that were once garbled or answered with internal symbols (reliability round 4).
+HOSTILE_TEXTS = (
+    "The values 101, 108, 115, 122, 129, 136, 143, 150 and 157 are valid.",
+    "Mirrors: " + ", ".join(f"https://mirror{i}.example.org/pub/{8000 + i}" for i in range(13)) + ".",
+    "The price is \u20ac.", "\u2022 Save the file.", "\x00\x00\x00", "...", "!!!", "42 %",
+    "<2fr> Select the cells that you want to sort.", "Type <ph1> or <ph13> and <2es> as they are.",
+    "Click OK to save the chan\u00adges.", "Click OK to save the\u200d changes.", "Click\u2060 OK to save.",
+)
+INTERNAL = re.compile(r"<ph\d+>|<2[a-z]{2,3}>|</?s>|<unk>|<pad>")
+_DIGITS = re.compile(r"\d+")
+_LETTER = re.compile(r"[^\W\d_]")
 EXPECTED = {  # the codes each kind of call may end with (RESOURCE_EXHAUSTED: the queue is full, "busy")
     "normal": {"OK", "RESOURCE_EXHAUSTED"},
     "short-deadline": {"OK", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"},
@@ -62,9 +81,25 @@ EXPECTED = {  # the codes each kind of call may end with (RESOURCE_EXHAUSTED: th
     "stream-cancel": {"CANCELLED"},
     "malformed": {"INVALID_ARGUMENT"},
     "invalid": {"INVALID_ARGUMENT"},
+    "hostile-text": {"OK", "RESOURCE_EXHAUSTED"},
 }
 METHOD = {"normal": "Translate", "short-deadline": "Translate", "stream": "TranslateStream",
-          "stream-cancel": "TranslateStream", "malformed": "Translate", "invalid": "Translate"}
+          "stream-cancel": "TranslateStream", "malformed": "Translate", "invalid": "Translate",
+          "hostile-text": "Translate"}
+
+
+def unfaithful(source: str, output: str) -> str | None:
+    """What is wrong with ``output`` as an answer to ``source``, or None: an internal symbol or
+    a number the source does not hold, or letterless text that did not come back as sent."""
+    if not _LETTER.search(source) and output != source:
+        return f"letterless {source!r} came back as {output!r}"
+    symbols = set(INTERNAL.findall(output)) - set(INTERNAL.findall(source))
+    if symbols:
+        return f"{source!r} -> {output!r} holds {', '.join(sorted(symbols))}"
+    invented = set(_DIGITS.findall(output)) - set(_DIGITS.findall(source))
+    if invented:
+        return f"{source!r} -> {output!r} holds numbers the text does not: {', '.join(sorted(invented))}"
+    return None
 
 
 def sentences(path: Path = DATA) -> list[str]:
@@ -77,6 +112,7 @@ class Tally:
         self.codes: collections.Counter[tuple[str, str]] = collections.Counter()
         self.latency: dict[str, list[float]] = collections.defaultdict(list)
         self.stream_mismatches = 0  # completed streams whose answers were not one per request
+        self.unfaithful: list[str] = []  # hostile-text answers that broke a rule (unfaithful())
 
     def add(self, kind: str, code: str, seconds: float) -> None:
         self.codes[kind, code] += 1
@@ -97,6 +133,13 @@ async def one_call(kind: str, stub: pb_grpc.TranslatorStub, raw, rng: random.Ran
             await stub.Translate(request(rng, pool, beam_size=rng.choice((1, 1, 4))), timeout=60)
         elif kind == "short-deadline":
             await stub.Translate(request(rng, pool), timeout=rng.uniform(0.02, 0.3))
+        elif kind == "hostile-text":
+            text = rng.choice(HOSTILE_TEXTS)
+            answer = await stub.Translate(pb.TranslateRequest(texts=[text], source_lang="en", target_lang="de"),
+                                          timeout=60)
+            problem = unfaithful(text, answer.translations[0].text)
+            if problem:
+                tally.unfaithful.append(problem)
         elif kind == "invalid":
             await stub.Translate(pb.TranslateRequest(texts=["Hello"], source_lang="en", target_lang="xx"), timeout=60)
         elif kind == "malformed":
@@ -205,16 +248,19 @@ async def soak(args: argparse.Namespace) -> dict:
                 hostile.idle_tcp("127.0.0.1", http_port, n, until, outcomes, "idle-tcp-http"),
                 hostile.slow_headers("127.0.0.1", http_port, n // 2, until, outcomes),
                 hostile.slow_bodies("127.0.0.1", http_port, n // 2, until, outcomes),
-                *(hostile.http_translate("127.0.0.1", http_port, until, outcomes, pool[i]) for i in range(4)))]
+                *(hostile.http_translate("127.0.0.1", http_port, until, outcomes, pool[i]) for i in range(4)),
+                hostile.http_bombs("127.0.0.1", http_port, until, outcomes))]
             health_task = asyncio.create_task(hostile.watch_health(srv.address, "127.0.0.1", http_port, until,
                                                                    health_failures))
         while not all(c.done() for c in clients):
             t = time.monotonic() - start
             rss.append((t, process_rss_mib(srv.pid, "VmRSS")))
-            sample = {"t": round(t, 1), "server_rss": rss[-1][1], "server_fds": hostile.open_fds(srv.pid)}
+            sample = {"t": round(t, 1), "server_rss": rss[-1][1], "server_fds": hostile.open_fds(srv.pid),
+                      "server_threads": hostile.threads(srv.pid)}
             if gateway:
                 sample |= {"gateway_rss": process_rss_mib(gateway.pid, "VmRSS"),
-                           "gateway_fds": hostile.open_fds(gateway.pid)}
+                           "gateway_fds": hostile.open_fds(gateway.pid),
+                           "gateway_threads": hostile.threads(gateway.pid)}
             resources.append(sample)
             done = sum(tally.codes.values())
             print(f"\r{t:6.0f}s  {done:8,d} calls  RSS {rss[-1][1]:6.0f} MiB  fds {sample['server_fds']}", end="",
@@ -236,6 +282,8 @@ async def soak(args: argparse.Namespace) -> dict:
         # apart from the normal clients' (a 504 may or may not have reached it: allowed for below).
         idle = sum(n for (kind, _), n in outcomes.items() if kind == "idle-stream")
         via_http = sum(n for (kind, code), n in outcomes.items() if kind == "http-translate" and code in HTTP_SEEN)
+        via_http += sum(n for (kind, code), n in outcomes.items()  # bombs translated: one Translate call each
+                        if kind in ("http-bomb unclosed-tags", "http-bomb nested-tags") and code == "200")
         http_maybe = outcomes["http-translate", "504"]
         while True:
             m = await asyncio.to_thread(scrape, metrics_port)
@@ -260,6 +308,8 @@ async def soak(args: argparse.Namespace) -> dict:
         "every call the server saw was answered (only expired short-deadline calls unseen)":
             -http_maybe <= unseen <= tally.codes["short-deadline", "DEADLINE_EXCEEDED"],
         "every completed stream answered each request once": tally.stream_mismatches == 0,
+        "no internal symbol, invented number or changed letterless text in a hostile-text answer":
+            not tally.unfaithful,
         "no unexpected status codes": not unexpected,
         "in-flight and queue gauges back to 0": settled,
     }
@@ -267,6 +317,10 @@ async def soak(args: argparse.Namespace) -> dict:
                  for name, path in (("server", server_log), ("gateway", gateway_log))}
     if args.hostile:
         checks |= hostile_checks(resources, health_failures, health_checks, log_lines, args.minutes)
+        bombs = {(k, c): n for (k, c), n in outcomes.items() if k.startswith("http-bomb")}
+        checks["every HTML bomb answered 200 or 400, every smuggled request 400 and closed"] = bool(bombs) and all(
+            c == "400" if k in ("http-bomb over-tag-limit", "http-bomb cl-and-te") else c in ("200", "400")
+            for k, c in bombs)
     return {
         "clients": args.clients, "seconds": round(seconds, 1), "calls": sum(tally.codes.values()),
         "codes": {f"{k} {c}": n for (k, c), n in sorted(tally.codes.items())},
@@ -276,7 +330,8 @@ async def soak(args: argparse.Namespace) -> dict:
         "calls_by_method": {"clients": dict(made), "server": dict(answered)}, "unseen_by_server": unseen,
         "server_codes": {k[len("nmt_requests_total{"):-1]: int(v) for k, v in m.items()
                          if k.startswith("nmt_requests_total{")},
-        "unexpected": unexpected, "rss_mib": [(round(t, 1), round(r, 1)) for t, r in rss],
+        "unexpected": unexpected, "unfaithful": tally.unfaithful[:20],
+        "rss_mib": [(round(t, 1), round(r, 1)) for t, r in rss],
         "hostile": {f"{k} {c}": n for (k, c), n in sorted(outcomes.items())},
         "health": {"checks": health_checks, "failures": health_failures},
         "resources": resources, "log_lines": log_lines,
@@ -296,6 +351,8 @@ def hostile_checks(resources: list[dict[str, float]], failures: list[str], check
         "gateway open files within its connection cap": max(r["gateway_fds"] for r in resources) <= FD_BOUND,
         "server RSS at the end within 1.5x of the first minute's": bounded("server_rss"),
         "gateway RSS at the end within 1.5x of the first minute's": bounded("gateway_rss"),
+        "server threads at the end within 1.5x of the first minute's": bounded("server_threads"),
+        "gateway threads at the end within 1.5x of the first minute's": bounded("gateway_threads"),
         f"logs short (at most {HOSTILE_LOG_LINES_PER_MINUTE} lines a minute each)":
             all(n <= HOSTILE_LOG_LINES_PER_MINUTE * max(minutes, 1) for n in log_lines.values()),
     }
@@ -317,14 +374,18 @@ def report(r: dict) -> str:
         peak = {k: max(x[k] for x in r["resources"]) for k in r["resources"][0] if k != "t"}
         end = r["resources"][-1]
         lines += [f"server: RSS peak {peak['server_rss']:.0f} MiB, end {end['server_rss']:.0f}; open files peak "
-                  f"{peak['server_fds']:.0f}, end {end['server_fds']:.0f}; log {r['log_lines']['server']} lines",
+                  f"{peak['server_fds']:.0f}, end {end['server_fds']:.0f}; threads peak {peak['server_threads']:.0f}, "
+                  f"end {end['server_threads']:.0f}; log {r['log_lines']['server']} lines",
                   f"gateway: RSS peak {peak['gateway_rss']:.0f} MiB, end {end['gateway_rss']:.0f}; open files peak "
-                  f"{peak['gateway_fds']:.0f}, end {end['gateway_fds']:.0f}; log {r['log_lines']['gateway']} lines",
+                  f"{peak['gateway_fds']:.0f}, end {end['gateway_fds']:.0f}; threads peak "
+                  f"{peak['gateway_threads']:.0f}, end {end['gateway_threads']:.0f}; "
+                  f"log {r['log_lines']['gateway']} lines",
                   f"health: {r['health']['checks']} checks, {len(r['health']['failures'])} failed "
                   f"{r['health']['failures'][:5]}", ""]
     lines += [f"{'PASS' if ok else 'FAIL'}  {name}" for name, ok in r["checks"].items()]
     if r["unexpected"]:
         lines.append(f"unexpected codes: {r['unexpected']}")
+    lines += [f"unfaithful: {u}" for u in r.get("unfaithful", [])]
     return "\n".join(lines)
 
 
@@ -351,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--threads", type=int, default=1, help="the server's onnxruntime threads")
-    p.add_argument("--int8", action="store_true", help="serve the int8 graphs")
+    p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True,
+                   help="serve the int8 graphs, the server's default (--no-int8: fp32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-seconds", type=float, default=5.0, help="how often the server's RSS is read")
     p.add_argument("--hostile", action="store_true", help="add the gateway and the slow and idle clients of "
