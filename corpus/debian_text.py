@@ -17,10 +17,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from cli import UsageError, parse_direction
+from cli import UsageError
 from corpus import catalogs, ddtp, debian
 from corpus.bible import Pair
 from corpus.clean import dedup, drop_reason, near_key
+from corpus.tsv import directed_pairs, write_rows
+from corpus.tsv import read_rows as read_tsv
 
 LANGUAGES = ("de", "fr", "es")
 SOURCES = ("debian-descriptions", "debian-catalogs")
@@ -35,12 +37,6 @@ READERS: dict[str, Reader] = {
 
 def corpus_dir(cache: Path | None = None) -> Path:
     return (cache or debian.cache_dir()) / "corpus" / f"debian-v{CACHE_VERSION}"
-
-
-def _tsv(path: Path, rows: Sequence[tuple[str, str, str]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(f"{k}\t{en}\t{xx}\n" for k, en, xx in rows), encoding="utf-8")
-    tmp.replace(path)
 
 
 def build_source(source: str, lang: str, cache: Path | None = None) -> dict[str, object]:
@@ -60,7 +56,7 @@ def build_source(source: str, lang: str, cache: Path | None = None) -> dict[str,
     train, d_train = dedup(by_split["train"], banned=held_out)
     out = corpus_dir(cache)
     for split, rows in (("train", train), ("dev", dev), ("test", test)):
-        _tsv(out / f"{source}.{split}.en-{lang}.tsv", rows)
+        write_rows(out / f"{source}.{split}.en-{lang}.tsv", rows)
     return {"kept": {"train": len(train), "dev": len(dev), "test": len(test)},
             "dropped": dict(sorted((dropped + d_test + d_dev + d_train).items()))}
 
@@ -93,22 +89,9 @@ def read_rows(source: str, split: str, lang: str, cache: Path | None = None) -> 
     path = corpus_dir(cache) / f"{source}.{split}.en-{lang}.tsv"
     if not path.exists():
         build([lang], [source], cache)
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        key, en, xx = line.split("\t")
-        rows.append((key, en, xx))
-    return rows
+    return read_tsv(path)
 
 
 def pairs(source: str, directions: Sequence[str], split: str, cache: Path | None = None) -> list[Pair]:
     """Pairs of one source and split for every direction (en-xx or xx-en) it covers."""
-    out: list[Pair] = []
-    for direction in directions:
-        src_lang, tgt_lang = parse_direction(direction)
-        lang = tgt_lang if src_lang == "en" else src_lang
-        if "en" not in (src_lang, tgt_lang) or lang not in LANGUAGES:
-            continue
-        for key, en, xx in read_rows(source, split, lang, cache):
-            src, tgt = (en, xx) if src_lang == "en" else (xx, en)
-            out.append(Pair(src_lang, tgt_lang, src, tgt, key))
-    return out
+    return directed_pairs(lambda lang: read_rows(source, split, lang, cache), directions, LANGUAGES)

@@ -26,9 +26,11 @@ from collections.abc import Iterable, Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 
-from cli import UsageError, parse_direction
+from cli import UsageError
 from corpus import debian
 from corpus.bible import Pair
+from corpus.tsv import directed_pairs, write_rows
+from corpus.tsv import read_rows as read_tsv
 
 LANGUAGES = ("de", "fr", "es")  # besides English
 HELP_PACKAGE = {"en": "libreoffice-help-en-us", **{lang: f"libreoffice-help-{lang}" for lang in LANGUAGES}}
@@ -184,12 +186,6 @@ def corpus_dir(cache: Path | None = None) -> Path:
     return (cache or debian.cache_dir()) / "corpus" / f"libreoffice-v{CACHE_VERSION}"
 
 
-def _tsv(path: Path, rows: Sequence[tuple[str, str, str]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(f"{k}\t{en}\t{xx}\n" for k, en, xx in rows), encoding="utf-8")
-    tmp.replace(path)
-
-
 def build(languages: Sequence[str] = LANGUAGES, cache: Path | None = None, force: bool = False) -> Path:
     """Fetch, extract, align, clean and split; the result is cached as TSV files
     (``{source}.{split}.en-{lang}.tsv``: key, English, translation) with ``stats.json``."""
@@ -206,7 +202,7 @@ def build(languages: Sequence[str] = LANGUAGES, cache: Path | None = None, force
         stats[f"en-{lang}"] = {}
         for source, splits in built.items():
             for split, rows in splits.items():
-                _tsv(out / f"{source}.{split}.en-{lang}.tsv", rows)
+                write_rows(out / f"{source}.{split}.en-{lang}.tsv", rows)
                 stats[f"en-{lang}"][f"{source}.{split}"] = len(rows)
         stats_path.write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
     return out
@@ -219,25 +215,12 @@ def read_rows(source: str, split: str, lang: str, cache: Path | None = None) -> 
     path = corpus_dir(cache) / f"{source}.{split}.en-{lang}.tsv"
     if not path.exists():
         build([lang], cache)
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        key, en, xx = line.split("\t")
-        rows.append((key, en, xx))
-    return rows
+    return read_tsv(path)
 
 
 def pairs(source: str, directions: Sequence[str], split: str, cache: Path | None = None) -> list[Pair]:
     """Pairs of one source and split for every direction (en-xx or xx-en) it covers."""
-    out: list[Pair] = []
-    for direction in directions:
-        src_lang, tgt_lang = parse_direction(direction)
-        lang = tgt_lang if src_lang == "en" else src_lang
-        if "en" not in (src_lang, tgt_lang) or lang not in LANGUAGES:
-            continue  # this source pairs English with de, fr or es only
-        for key, en, xx in read_rows(source, split, lang, cache):
-            src, tgt = (en, xx) if src_lang == "en" else (xx, en)
-            out.append(Pair(src_lang, tgt_lang, src, tgt, key))
-    return out
+    return directed_pairs(lambda lang: read_rows(source, split, lang, cache), directions, LANGUAGES)
 
 
 def sample_test(languages: Sequence[str] = LANGUAGES, per_language: int = 40, seed: int = 1,
