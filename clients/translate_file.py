@@ -68,6 +68,7 @@ from clients.client import (
 from clients.credentials import add_connection_arguments, connection, explain
 from clients.progress import Progress
 from engine.defaults import BEAM_SIZE
+from nmt.v1 import translator_pb2 as pb
 
 EXIT_STOPPED, EXIT_FAILED_LINES = EXIT_FAILED, EXIT_PARTIAL  # this command's names for them
 
@@ -211,8 +212,9 @@ class _Pass:
         job = self.t.job
         texts = [self.lines[i] for i in indices]
         try:
+            # A file is bulk work: the server admits a person's one-sentence requests ahead of it.
             result = await self.t.client.translate(texts, job.source, job.target, model=job.model,
-                                                   timeout=job.timeout, **job.options)
+                                                   timeout=job.timeout, priority=pb.PRIORITY_BULK, **job.options)
         except TranslationError as e:
             if e.code != grpc.StatusCode.INVALID_ARGUMENT:
                 raise

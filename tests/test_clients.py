@@ -964,3 +964,27 @@ def test_a_full_disk_ends_in_one_line_naming_the_file_and_resume(server, tmp_pat
                            cwd=ROOT, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     assert (r.returncode, r.stderr) == (1, "nmt-translate: error: cannot write to standard output: No space left "
                                            "on device\n")
+
+
+def test_a_file_is_sent_as_bulk_work_and_texts_on_the_command_line_as_interactive(server, tmp_path, capsys):
+    from server.scheduler import Priority
+
+    scheduler, seen = server.scheduler, []
+    real = scheduler.submit_all
+
+    def record(jobs, deadline=None, **kwargs):
+        seen.append(kwargs.get("priority"))
+        return real(jobs, deadline, **kwargs)
+
+    scheduler.submit_all = record
+    try:
+        (tmp_path / "in.txt").write_text(f"{TEXTS[0]}\n{TEXTS[1]}\n", encoding="utf-8")
+        assert translate_main(["-s", "en", "-t", "de", "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"),
+                               "--address", server.address, "-q"]) == 0
+        assert seen and set(seen) == {Priority.BULK}
+        seen.clear()
+        assert translate_main(["-s", "en", "-t", "de", "--address", server.address, TEXTS[0]]) == 0
+        assert seen == [Priority.INTERACTIVE]
+    finally:
+        scheduler.submit_all = real
+    capsys.readouterr()
