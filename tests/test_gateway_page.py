@@ -157,10 +157,17 @@ def test_pickers_follow_languages_and_swap(page, gateway):
     status, languages = gateway.api("/languages")
     assert status == 200 and {lang["code"] for lang in languages} == {"en", "de"}
     names = {lang["code"]: lang["name"] for lang in languages}
-    assert options(by_id(page, "source")) == [(lang["code"], f"{lang['name']} ({lang['code']})")
-                                              for lang in languages]
-    assert by_id(page, "source").get_attribute("value") == "en"  # English first when there is English
+    assert options(by_id(page, "source")) == [("auto", "Detect language")] + [
+        (lang["code"], f"{lang['name']} ({lang['code']})") for lang in languages]
+    # Detection first and by default (LibreTranslate's); every target, English's first chosen.
+    assert by_id(page, "source").get_attribute("value") == "auto"
+    assert sorted(options(by_id(page, "target"))) == [("de", f"{names['de']} (de)"), ("en", f"{names['en']} (en)")]
+    assert by_id(page, "target").get_attribute("value") == "de"
+    assert not by_id(page, "swap").is_enabled()  # nothing detected yet: nothing to swap
+    assert not by_id(page, "detected").is_displayed()
+    choose(page, "en", "de")
     assert options(by_id(page, "target")) == [("de", f"{names['de']} (de)")]
+    assert by_id(page, "swap").is_enabled()
     choose(page, "de", "en")
     assert options(by_id(page, "target")) == [("en", f"{names['en']} (en)")]
     # The swap button turns the pair around (both directions are served).
@@ -335,3 +342,69 @@ def test_unreachable_gateway_is_a_message(browser, server):
     assert text_of(by_id(browser, "error")).startswith("Could not reach the translation service (")
     assert not by_id(browser, "result").is_displayed()
     assert by_id(browser, "translate").is_enabled()
+
+
+def test_detect_language_shows_the_detected_language_and_swaps_it(page, gateway):
+    """The default "Detect language" translates with LibreTranslate's source "auto" and shows its
+    detectedLanguage beside the source picker; the swap button, disabled until a language is
+    detected, then swaps the detected language."""
+    assert by_id(page, "source").get_attribute("value") == "auto"
+    enter(page, SENTENCE)
+    shown = translate(page)
+    status, answer = gateway.api("/translate", {"q": SENTENCE, "source": "auto", "target": "de"})
+    assert status == 200 and answer["detectedLanguage"]["language"] == "en"
+    confidence = answer["detectedLanguage"]["confidence"]
+    assert shown and shown == answer["translatedText"]
+    detected = by_id(page, "detected")
+    assert detected.is_displayed() and text_of(detected) == f"Detected: English ({int(confidence + 0.5)}%)"
+    assert calls_to(page, "/translate") == 1 and calls_to(page, "/v1/translate") == 0
+    assert not by_id(page, "error").is_displayed()
+
+    # Alternatives with detection: the n-best of the detected language's /v1/translate.
+    by_id(page, "alternatives").click()
+    shown = translate(page)
+    _, v1 = gateway.api("/v1/translate", {"q": SENTENCE, "source": "en", "target": "de", "num_hypotheses": 4,
+                                          "return_scores": True})
+    hyps = v1["translations"][0]["hypotheses"]
+    assert shown == hyps[0]["text"] == answer["translatedText"]
+    assert [text_of(i) for i in page.find_elements("css selector", "#hypotheses .hyp-text")] == \
+        [h["text"] for h in hyps]
+    assert text_of(detected).startswith("Detected: English (")
+
+    # Swapping uses the detected language: German to English, the translation as the text.
+    assert by_id(page, "swap").is_enabled()
+    by_id(page, "swap").click()
+    assert by_id(page, "source").get_attribute("value") == "de"
+    assert by_id(page, "target").get_attribute("value") == "en"
+    assert by_id(page, "text").get_attribute("value") == shown
+    assert not detected.is_displayed()
+
+    # Back to detection: the detected language is gone until the next translation.
+    Select(by_id(page, "source")).select_by_value("auto")
+    assert not detected.is_displayed() and not by_id(page, "swap").is_enabled()
+
+
+def test_copy_button_puts_the_translation_on_the_clipboard(page, gateway):
+    page.execute_cdp_cmd("Browser.grantPermissions", {
+        "origin": gateway.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+    choose(page, "en", "de")
+    enter(page, SENTENCE)
+    shown = translate(page)
+    assert shown
+    copy = by_id(page, "copy")
+    assert copy.is_displayed() and text_of(copy) == "Copy"
+    page.execute_script("window.focus();")
+    copy.click()
+    wait(page, lambda: text_of(by_id(page, "copied")) == "Copied")
+    clipboard = page.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "navigator.clipboard.readText().then(done, e => done('failed: ' + e));")
+    assert clipboard == shown
+    wait(page, lambda: text_of(by_id(page, "copied")) == "")  # "Copied" shows briefly
+
+    # Without the asynchronous clipboard (refused): the translation is selected and copied.
+    page.execute_script("navigator.clipboard.writeText = () => Promise.reject(new Error('refused'));")
+    copy.click()
+    wait(page, lambda: text_of(by_id(page, "copied")) != "")
+    assert text_of(by_id(page, "copied")) in ("Copied", "Selected: press Ctrl+C to copy")
+    assert page.execute_script("return window.getSelection().toString();") == shown

@@ -1,9 +1,12 @@
-// The gateway's page: plain JavaScript, no build step. It calls GET /languages, GET /v1/models
-// and POST /v1/translate of the gateway that serves it, and writes every piece of returned text
-// with textContent (never as HTML).
+// The gateway's page: plain JavaScript, no build step. It calls GET /languages, GET /v1/models,
+// POST /v1/translate and, for "Detect language" (source "auto"), LibreTranslate's POST /translate
+// of the gateway that serves it, and writes every piece of returned text with textContent (never
+// as HTML).
 "use strict";
 
 (function () {
+  const AUTO = "auto"; // "Detect language": LibreTranslate's source "auto"
+  const COPIED_MS = 2000; // how long "Copied" shows
   const NBEST = 4; // "Alternatives": the best 4 hypotheses of the gateway's beam (--beam, 4 by default)
 
   const $ = (id) => document.getElementById(id);
@@ -12,6 +15,9 @@
     source: $("source"),
     target: $("target"),
     swap: $("swap"),
+    detected: $("detected"),
+    copy: $("copy"),
+    copied: $("copied"),
     text: $("text"),
     count: $("count"),
     alternatives: $("alternatives"),
@@ -33,6 +39,8 @@
     languages: new Map(), // code -> {code, name, targets}
     maxChars: 0, // the server's characters-per-text limit, 0 while unknown
     busy: false,
+    detected: "", // with source "auto": the language the last translation detected, "" while none
+    copiedTimer: 0,
   };
 
   // ---- small helpers -------------------------------------------------------------------------
@@ -108,18 +116,55 @@
 
   // ---- languages -----------------------------------------------------------------------------
 
+  // Detect language: every language some source translates into; the default target is
+  // English's first (as /frontend/settings says), else the first.
+  function autoTargets() {
+    const all = [];
+    for (const lang of state.languages.values()) {
+      for (const code of lang.targets) if (!all.includes(code)) all.push(code);
+    }
+    return all;
+  }
+
   function fillTargets(keep) {
+    const auto = el.source.value === AUTO;
     const lang = state.languages.get(el.source.value);
-    const targets = lang ? lang.targets : [];
+    const targets = auto ? autoTargets() : (lang ? lang.targets : []);
     el.target.replaceChildren(...targets.map((code) => make("option", { value: code, text: nameOf(code) + " (" + code + ")" })));
+    const en = state.languages.get("en");
     if (keep && targets.includes(keep)) el.target.value = keep;
+    else if (auto && en && en.targets.length) el.target.value = en.targets[0];
     el.target.disabled = targets.length === 0;
     updateSwap();
   }
 
+  // The language the text is in: the chosen one, or with "Detect language" the detected one
+  // ("" until a translation detected it; swapping waits for that).
+  function fromLanguage() {
+    return el.source.value === AUTO ? state.detected : el.source.value;
+  }
+
   function updateSwap() {
+    const from = fromLanguage();
     const back = state.languages.get(el.target.value);
-    el.swap.disabled = !(back && back.targets.includes(el.source.value));
+    el.swap.disabled = !(from && back && back.targets.includes(from));
+  }
+
+  function showDetected(detected) {
+    state.detected = "";
+    if (!detected || typeof detected.language !== "string") {
+      el.detected.textContent = "";
+      el.detected.hidden = true;
+    } else if (!(Number(detected.confidence) > 0)) {
+      el.detected.textContent = "Language not detected";
+      el.detected.hidden = false;
+    } else {
+      state.detected = detected.language;
+      el.detected.textContent = "Detected: " + nameOf(detected.language) + " (" +
+        Math.round(Number(detected.confidence)) + "%)";
+      el.detected.hidden = false;
+    }
+    updateSwap();
   }
 
   async function loadLanguages() {
@@ -143,8 +188,9 @@
       showError("The translation service has no language pairs.");
       return;
     }
-    el.source.replaceChildren(...sources.map((lang) => make("option", { value: lang.code, text: lang.name + " (" + lang.code + ")" })));
-    el.source.value = state.languages.has("en") && state.languages.get("en").targets.length ? "en" : sources[0].code;
+    el.source.replaceChildren(make("option", { value: AUTO, text: "Detect language" }),
+                              ...sources.map((lang) => make("option", { value: lang.code, text: lang.name + " (" + lang.code + ")" })));
+    el.source.value = AUTO; // LibreTranslate's default
     el.source.disabled = false;
     fillTargets(null);
     el.translate.disabled = false;
@@ -203,17 +249,34 @@
     }
     const alternatives = el.alternatives.checked;
     const attention = el.attention.checked;
-    const body = { q: text, source: el.source.value, target: el.target.value,
-                   return_scores: alternatives, return_attention: attention };
-    if (alternatives) body.num_hypotheses = NBEST;  // from the same beam: the translation stays the same
+    const target = el.target.value;
     setBusy(true);
     const started = performance.now();
     let done = "";
     try {
-      const data = await api("/v1/translate", body);
-      const translation = data && Array.isArray(data.translations) ? data.translations[0] : null;
-      if (!translation) throw new Error("The translation service sent no translation.");
-      render(translation, data.model, body.target, alternatives, attention);
+      let source = el.source.value;
+      if (source === AUTO) {
+        // LibreTranslate's call detects the language and translates from it; the alternatives
+        // and attention maps then come from /v1/translate with that language.
+        const data = await api("/translate", { q: text, source: AUTO, target: target, format: "text" });
+        showDetected(data.detectedLanguage);
+        source = state.detected;
+        if (typeof data.translatedText !== "string") throw new Error("The translation service sent no translation.");
+        if (!source || source === target || !(alternatives || attention)) {
+          // Nothing to translate (the target's own language, or none told) or nothing more to show.
+          render({ hypotheses: [{ text: data.translatedText }], segments: [] }, "", target, false, false);
+          source = "";
+        }
+      }
+      if (source) {
+        const body = { q: text, source: source, target: target,
+                       return_scores: alternatives, return_attention: attention };
+        if (alternatives) body.num_hypotheses = NBEST;  // from the same beam: the translation stays the same
+        const data = await api("/v1/translate", body);
+        const translation = data && Array.isArray(data.translations) ? data.translations[0] : null;
+        if (!translation) throw new Error("The translation service sent no translation.");
+        render(translation, data.model, target, alternatives, attention);
+      }
       done = "Translated in " + Math.round(performance.now() - started) + " ms.";
     } catch (e) {
       el.result.hidden = true;
@@ -230,6 +293,7 @@
     const best = hyps[0] || { text: "" };
     el.translation.textContent = best.text;
     el.translation.lang = target;
+    el.copied.textContent = "";
     if (model) el.model.textContent = "Model: " + model;
 
     const cut = best.stop_reason === "LENGTH_LIMIT";
@@ -341,6 +405,46 @@
     ]);
   }
 
+  // ---- copying -------------------------------------------------------------------------------
+
+  function copied(message) {
+    el.copied.textContent = message;
+    clearTimeout(state.copiedTimer);
+    state.copiedTimer = setTimeout(() => { el.copied.textContent = ""; }, COPIED_MS);
+  }
+
+  // Without the asynchronous clipboard (an insecure origin, a refused permission): the text
+  // selected, and the browser's copy command tried; the selection stays for Ctrl+C.
+  function copyBySelecting() {
+    const range = document.createRange();
+    range.selectNodeContents(el.translation);
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    let ok = false;
+    try {
+      ok = document.execCommand("copy");
+    } catch (e) {
+      ok = false;
+    }
+    copied(ok ? "Copied" : "Selected: press Ctrl+C to copy");
+  }
+
+  async function copyTranslation() {
+    const text = el.translation.textContent;
+    if (!text) return;
+    if (navigator.clipboard && window.isSecureContext) {
+      try {
+        await navigator.clipboard.writeText(text);
+        copied("Copied");
+        return;
+      } catch (e) {
+        // refused: select it instead
+      }
+    }
+    copyBySelecting();
+  }
+
   // ---- wiring --------------------------------------------------------------------------------
 
   el.form.addEventListener("submit", (event) => {
@@ -354,12 +458,18 @@
     }
   });
   el.text.addEventListener("input", updateCount);
-  el.source.addEventListener("change", () => fillTargets(el.target.value));
+  el.source.addEventListener("change", () => {
+    showDetected(null);
+    fillTargets(el.target.value);
+  });
+  el.copy.addEventListener("click", copyTranslation);
   el.target.addEventListener("change", updateSwap);
+  // With "Detect language", the detected language becomes the target (the button waits for one).
   el.swap.addEventListener("click", () => {
-    const from = el.source.value;
+    const from = fromLanguage();
     const to = el.target.value;
-    if (!state.languages.has(to)) return;
+    if (!from || !state.languages.has(to)) return;
+    showDetected(null);
     const shown = el.result.hidden ? "" : el.translation.textContent;
     el.source.value = to;
     fillTargets(from);
