@@ -66,7 +66,8 @@ MIX = {"normal": 50, "short-deadline": 20, "stream": 10, "stream-cancel": 8, "ma
 # Inputs that were once garbled or answered with internal symbols (reliability round 4).
 HOSTILE_TEXTS = (
     "The values 101, 108, 115, 122, 129, 136, 143, 150 and 157 are valid.",
-    "Mirrors: " + ", ".join(f"https://mirror{i}.example.org/pub/{8000 + i}" for i in range(13)) + ".",
+    # Ten URLs: more spans than are protected (8), short enough for the 256-token limit as text.
+    "Mirrors: " + ", ".join(f"https://m{i}.example.org/{8000 + i}" for i in range(10)) + ".",
     "The price is \u20ac.", "\u2022 Save the file.", "\x00\x00\x00", "...", "!!!", "42 %",
     "<2fr> Select the cells that you want to sort.", "Type <ph1> or <ph13> and <2es> as they are.",
     "Click OK to save the chan\u00adges.", "Click OK to save the\u200d changes.", "Click\u2060 OK to save.",
@@ -137,9 +138,10 @@ async def one_call(kind: str, stub: pb_grpc.TranslatorStub, raw, rng: random.Ran
             text = rng.choice(HOSTILE_TEXTS)
             answer = await stub.Translate(pb.TranslateRequest(texts=[text], source_lang="en", target_lang="de"),
                                           timeout=60)
-            problem = unfaithful(text, answer.translations[0].text)
-            if problem:
-                tally.unfaithful.append(problem)
+            for hypothesis in answer.translations[0].hypotheses:
+                problem = unfaithful(text, hypothesis.text)
+                if problem:
+                    tally.unfaithful.append(problem)
         elif kind == "invalid":
             await stub.Translate(pb.TranslateRequest(texts=["Hello"], source_lang="en", target_lang="xx"), timeout=60)
         elif kind == "malformed":
