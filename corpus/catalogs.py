@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from corpus import debian
+from corpus.clean import clean_text, strip_accelerators
 
 # Packages read by default: chosen for their kinds of text (dialogue, UI messages, help
 # strings) and size; each ships its catalogs for de, fr and es.
@@ -71,8 +72,6 @@ def split_of(package: str) -> str:
 def rows(lang: str, packages: tuple[str, ...] = PACKAGES,
          cache: Path | None = None) -> Iterator[tuple[str, str, str, str]]:
     """(split, key, English, translation) of every catalog entry of ``lang`` in ``packages``."""
-    from corpus.clean import clean_text, strip_accelerators
-
     for package in packages:
         root = debian.unpacked(package, cache)
         version = package_version(debian.fetch_deb(package, cache))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cli import UsageError
-from corpus import debian
+from corpus import clean, debian
 
 LANGUAGES = ("de", "fr", "es")
 _BULLET = re.compile(r"^\s*(?:[*+-]|o|\d+[.)])\s+")
@@ -136,17 +136,14 @@ def units(desc: Description) -> list[str]:
 
 def aligned(english: Description, other: Description) -> list[tuple[str, str]]:
     """Unit pairs of one description, or the short descriptions alone when the units differ."""
-    from corpus.clean import align_units, clean_text
-
-    en, xx = [clean_text(u) for u in units(english)], [clean_text(u) for u in units(other)]
+    en, xx = [clean.clean_text(u) for u in units(english)], [clean.clean_text(u) for u in units(other)]
     if len(en) != len(xx):
         return [(en[0], xx[0])]
-    return align_units(en, xx)
+    return clean.align_units(en, xx)
 
 
 def rows(lang: str, cache: Path | None = None) -> Iterator[tuple[str, str, str, str]]:
     """(split, key, English, translation) of every aligned unit, split by source package."""
-    from corpus.clean import split_of
 
     lists = fetch_indices(cache)
     english, other = descriptions("en", lists), descriptions(lang, lists)
@@ -158,4 +155,4 @@ def rows(lang: str, cache: Path | None = None) -> Iterator[tuple[str, str, str, 
         source, version = sources.get(ours.package, (ours.package, ""))
         key = f"{source}/{ours.package}@{version}" if version else f"{source}/{ours.package}"
         for en, xx in aligned(ours, theirs):
-            yield split_of(source), key, en, xx
+            yield clean.split_of(source), key, en, xx

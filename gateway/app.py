@@ -492,11 +492,7 @@ class Gateway:
     async def translate(self, request: Request) -> Response:
         p = await libre_fields(request, self.cfg.max_body_bytes)
         self.check_key(request, p.get("api_key"))
-        q = p.get("q")
-        if not q:
-            raise bad_request("Invalid request: missing q parameter")
-        if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
-            raise bad_request("Invalid request: q must be a string or a list of strings")
+        q = _q(p)
         source, target = (_language(p.get(name), name) for name in ("source", "target"))
         fmt = p.get("format") or "text"
         if fmt not in ("text", "html"):
@@ -555,11 +551,7 @@ class Gateway:
         ``[{"confidence": 0.0, "language": "en"}]`` (or the models' first language without English)."""
         p = await libre_fields(request, self.cfg.max_body_bytes)
         self.check_key(request, p.get("api_key"))
-        q = p.get("q")
-        if not q:
-            raise bad_request("Invalid request: missing q parameter")
-        if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
-            raise bad_request("Invalid request: q must be a string or a list of strings")
+        q = _q(p)
         pairs = language_pairs(await self.up.models(Deadline.of(request, self.cfg.timeout), MODELS_TTL))
         every = sorted(set(pairs).union(*pairs.values()))
         texts = [q] if isinstance(q, str) else q
@@ -814,6 +806,16 @@ def join_wrapped_lines(text: str) -> str:
         last = m.end()
     out.append(text[last:])
     return "".join(out)
+
+
+def _q(p: dict) -> str | list[str]:
+    """LibreTranslate's ``q``: a non-empty string or list of strings, else its 400."""
+    q = p.get("q")
+    if not q:
+        raise bad_request("Invalid request: missing q parameter")
+    if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+        raise bad_request("Invalid request: q must be a string or a list of strings")
+    return q
 
 
 def _language(value: Any, name: str) -> str:

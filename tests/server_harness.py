@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -87,3 +89,20 @@ def wait_until(cond, timeout: float = 30.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("condition not reached in time")
+
+
+@contextlib.contextmanager
+def priorities_submitted(scheduler) -> Iterator[list]:
+    """The priority of each request ``scheduler`` is given while the block runs, in order."""
+    seen: list = []
+    real = scheduler.submit_all
+
+    def record(jobs, deadline=None, **kwargs):
+        seen.append(kwargs.get("priority"))
+        return real(jobs, deadline, **kwargs)
+
+    scheduler.submit_all = record
+    try:
+        yield seen
+    finally:
+        scheduler.submit_all = real

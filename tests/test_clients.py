@@ -37,7 +37,7 @@ from clients.progress import Progress
 from clients.translate_file import FileSettings, FileTranslator, format_translation, split_lines
 from clients.translate_file import main as translate_main
 from engine.defaults import BEAM_SIZE
-from tests.server_harness import TEXTS, ServerThread, wait_until
+from tests.server_harness import TEXTS, ServerThread, priorities_submitted, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_CHARS = 300
@@ -969,15 +969,7 @@ def test_a_full_disk_ends_in_one_line_naming_the_file_and_resume(server, tmp_pat
 def test_a_file_is_sent_as_bulk_work_and_texts_on_the_command_line_as_interactive(server, tmp_path, capsys):
     from server.scheduler import Priority
 
-    scheduler, seen = server.scheduler, []
-    real = scheduler.submit_all
-
-    def record(jobs, deadline=None, **kwargs):
-        seen.append(kwargs.get("priority"))
-        return real(jobs, deadline, **kwargs)
-
-    scheduler.submit_all = record
-    try:
+    with priorities_submitted(server.scheduler) as seen:
         (tmp_path / "in.txt").write_text(f"{TEXTS[0]}\n{TEXTS[1]}\n", encoding="utf-8")
         assert translate_main(["-s", "en", "-t", "de", "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt"),
                                "--address", server.address, "-q"]) == 0
@@ -985,6 +977,4 @@ def test_a_file_is_sent_as_bulk_work_and_texts_on_the_command_line_as_interactiv
         seen.clear()
         assert translate_main(["-s", "en", "-t", "de", "--address", server.address, TEXTS[0]]) == 0
         assert seen == [Priority.INTERACTIVE]
-    finally:
-        scheduler.submit_all = real
     capsys.readouterr()

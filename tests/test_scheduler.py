@@ -16,7 +16,7 @@ from engine.runtime import Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from server.metrics import Metrics
 from server.scheduler import DeadlineExpired, JobCancelled, Priority, Scheduler, SchedulerLimits, Ticket
-from tests.server_harness import TEXTS, ServerThread, request, wait_until
+from tests.server_harness import TEXTS, ServerThread, priorities_submitted, request, wait_until
 
 
 @pytest.fixture(scope="module", params=["off", "on"], ids=["host-caches", "resident-caches"])
@@ -228,16 +228,9 @@ def test_a_requests_priority_goes_from_the_wire_to_the_scheduler(tiny_package):
     one is still being decoded."""
     server = ServerThread(tiny_package, max_batch_rows=4, max_beam=4)
     try:
-        scheduler, seen = server.scheduler, []
-        real = scheduler.submit_all
-
-        def record(jobs, deadline=None, **kwargs):
-            seen.append(kwargs.get("priority"))
-            return real(jobs, deadline, **kwargs)
-
-        scheduler.submit_all = record
+        scheduler = server.scheduler
         stub = server.stub()
-        with slow_steps(scheduler.rt):
+        with priorities_submitted(scheduler) as seen, slow_steps(scheduler.rt):
             bulk = stub.Translate.future(pb.TranslateRequest(texts=[TEXTS[1]] * 32, source_lang="en", target_lang="de",
                                                              priority=pb.PRIORITY_BULK), timeout=120)
             wait_until(lambda: scheduler.in_flight == 4)
