@@ -59,10 +59,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cli import LB_POLICY, language, parse_direction
+from documents.alignment import aligned_placement, translation_alignments
+from documents.html_text import HtmlText, TooManyTags
 from gateway import langid
-from gateway.alignment import aligned_placement, translation_alignments
 from gateway.config import GatewayConfig
-from gateway.html_text import HtmlText, TooManyTags
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 
@@ -582,7 +582,7 @@ class Gateway:
         sent = join_wrapped_lines if split == SPLIT_NO_NEWLINES else str
         if fmt == "html":
             # Each unit of running text is translated whole; its inline markup goes back where the
-            # attention says its words went (gateway/alignment.py). Scanning and placing the markup
+            # attention says its words went (documents/alignment.py). Scanning and placing the markup
             # run in a worker thread: the event loop goes on answering other requests (/healthz).
             request.options.beam_size = beam(1)
             request.options.return_attention = True

@@ -24,10 +24,10 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from cli import EXIT_OK, EXIT_USAGE, free_port, options_without_help
-from gateway.alignment import aligned_placement, translation_alignments
+from documents.alignment import aligned_placement, translation_alignments
+from documents.html_text import HtmlText
 from gateway.app import STATIC_DIR, join_wrapped_lines, libre_languages
 from gateway.config import GatewayConfig, build_parser, parse_args
-from gateway.html_text import HtmlText
 from nmt.v1 import translator_pb2 as pb
 from tests.gateway_harness import GatewayThread
 from tests.server_harness import TEXTS, ServerThread, request, wait_until

@@ -1,5 +1,5 @@
 """Where a source span's words went in the translation, from the model's cross-attention: the
-placement of inline markup in ``format: html`` (gateway/html_text.py).
+placement of inline markup in ``format: html`` (documents/html_text.py).
 
 The server returns, per sentence, the pieces the model read and wrote and the attention of
 each written piece over the read ones. Pieces are grouped into words (a piece that starts
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.html_text import Mark, Unit, nested_spans, proportional
+from documents.html_text import Mark, Unit, nested_spans, proportional
 from nmt.v1 import translator_pb2 as pb
 
 WORD_START = "\u2581"  # SentencePiece's word-boundary mark

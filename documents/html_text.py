@@ -2,7 +2,7 @@
 ``format: "html"``), the way browser translators do it: each block of running text is
 translated whole, as the sentences it holds, and its inline markup (``<b>``, ``<a href>``,
 ``<em>``...) is put back around the words of the translation that the model's attention
-aligns with the words it surrounded (gateway/alignment.py).
+aligns with the words it surrounded (documents/alignment.py).
 
 A scanner that follows the HTML standard's tokenizer finds the constructs, in time linear in
 the input; every character of the input belongs to exactly one of them (a tag, a comment, a
