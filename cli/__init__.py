@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from cli.version import __version__
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -95,11 +97,15 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with our help layout, and errors on one line (no usage block above them)."""
+    """argparse with our help layout, ``--version`` (with ``--help``: not on a parent parser made
+    with add_help=False), and errors on one line (no usage block above them)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        if self.add_help:
+            self.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                              help="print the command's name and version, and exit")
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -188,7 +194,8 @@ def options_without_help(parser: argparse.ArgumentParser) -> list[str]:
     formatter = parser.formatter_class(prog=parser.prog)
     missing = []
     for action in parser._actions:
-        if not action.option_strings or action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+        if not action.option_strings or action.help == argparse.SUPPRESS or \
+                isinstance(action, argparse._HelpAction | argparse._VersionAction):
             continue
         text = formatter._get_help_string(action) if hasattr(formatter, "_get_help_string") else action.help
         if not action.help or not (action.required or "default" in (text or "")):

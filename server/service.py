@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
+from cli.version import VERSION_METADATA, __version__
 from engine.decoding import DecodeOptions, Hypothesis, Job, StopReason
 from engine.defaults import LENGTH_PENALTY, default_max_len
 from engine.package import ModelPackage
@@ -359,6 +360,8 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             self.malformed(request)
             self._observe("ListModels", grpc.StatusCode.INVALID_ARGUMENT, start)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
+        # The server's version travels as metadata: ListModelsResponse has no field for it.
+        await context.send_initial_metadata(((VERSION_METADATA, __version__),))
         out = pb.ListModelsResponse()
         for m in self.models.values():
             limits = m.limits
