@@ -16,6 +16,7 @@ Endpoints:
     GET  /healthz       200 while this process runs
     GET  /readyz        200 while the gRPC server's health check says SERVING, else 503
     GET  /, /static/... the web page (gateway/static/)
+    GET  /spec, /docs   this API as an OpenAPI document and as a page (gateway/openapi.py, reference.py)
 
 Every error is ``{"error": "message"}`` with the status LibreTranslate uses: 400 for a bad
 request (LibreTranslate's words where it has them: "xx is not supported", "request (600)
@@ -59,10 +60,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cli import LB_POLICY, language, parse_direction
+from cli.version import VERSION_HEADER
 from documents.alignment import aligned_placement, translation_alignments
 from documents.html_text import HtmlText, TooManyTags
-from gateway import langid
+from gateway import langid, reference
 from gateway.config import GatewayConfig
+from gateway.version import VersionHeader
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 
@@ -949,14 +952,16 @@ def create_app(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_
         Route("/readyz", guarded(gateway.readyz), methods=["GET"]),
         Route("/", guarded(gateway.index), methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),
+        Route("/spec", guarded(reference.spec), methods=["GET"]),  # every route is in gateway/openapi.py
+        Route("/docs", guarded(reference.docs), methods=["GET"]),
     ]
-    middleware = [Middleware(HostCheck, cfg.host_names())]
+    middleware = [Middleware(VersionHeader), Middleware(HostCheck, cfg.host_names())]
     if origins := cfg.cors_origin_list():
         # Browser clients on other origins may read the answers (LibreTranslate allows any origin);
         # keys travel in bodies or the Authorization header, never in cookies, so "*" is safe.
         middleware.append(Middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST"],
                                      allow_headers=["Content-Type", "Authorization", "X-Timeout-Seconds"],
-                                     expose_headers=["Retry-After"], max_age=600))
+                                     expose_headers=["Retry-After", VERSION_HEADER], max_age=600))
     middleware.append(Middleware(BodyLimit, cfg.max_body_bytes))
     app = Starlette(routes=routes, lifespan=gateway.lifespan, middleware=middleware,
                     exception_handlers={GatewayError: _gateway_error, HTTPException: _http_error,
