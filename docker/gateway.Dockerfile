@@ -43,6 +43,7 @@ COPY bench /src/bench
 COPY server /src/server
 COPY clients /src/clients
 COPY bulk /src/bulk
+COPY documents /src/documents
 COPY gateway /src/gateway
 COPY protos /src/protos
 RUN set -eux; \

@@ -107,7 +107,21 @@ def _translatable(text: str) -> bool:
 
 
 def _render_unit(unit: Unit, translation: str, place: Placement) -> str:
-    """The unit's whitespace as written around its translation, with its marks placed."""
+    def escape(text: str, start: int, end: int) -> str:
+        return _escape(text[start:end], unit.references)
+
+    return render_unit(unit, translation, place, escape)
+
+
+Escape = Callable[[str, int, int], str]
+"""(text, start, end) -> ``text[start:end]`` as the file's format writes it (HTML escapes &, <
+and >; Markdown escapes its own syntax): the whole text is given so that a format can leave
+spans of it alone."""
+
+
+def render_unit(unit: Unit, translation: str, place: Placement, escape: Escape) -> str:
+    """The unit's whitespace as written around its translation, with its marks placed (each
+    mark's ``open`` and ``close`` written as they are, the text between them through ``escape``)."""
     core = unit.text.strip(_SPACE)
     lead = unit.text[:len(unit.text) - len(unit.text.lstrip(_SPACE))]
     trail = unit.text[len(unit.text.rstrip(_SPACE)):]
@@ -116,11 +130,10 @@ def _render_unit(unit: Unit, translation: str, place: Placement) -> str:
     marks = [Mark(min(max(m.start - shift, 0), size), min(max(m.end - shift, 0), size), m.open, m.close, m.parent)
              for m in unit.marks]
     spans = place(Unit(core, marks, unit.references), translation) if marks else []
-    return _escape(lead, unit.references) + _nest(translation, marks, spans, unit.references) + \
-        _escape(trail, unit.references)
+    return escape(lead, 0, len(lead)) + _nest(translation, marks, spans, escape) + escape(trail, 0, len(trail))
 
 
-def _nest(text: str, marks: list[Mark], spans: list[tuple[int, int]], references: dict[str, str]) -> str:
+def _nest(text: str, marks: list[Mark], spans: list[tuple[int, int]], escape: Escape) -> str:
     """``text`` with each mark's tags around its span, children inside their parents; ``spans``
     must nest as the marks do (``nested_spans`` makes them so). Iterative, and each mark and
     character visited once: markup nested thousands deep is neither a RecursionError nor slow."""
@@ -135,14 +148,14 @@ def _nest(text: str, marks: list[Mark], spans: list[tuple[int, int]], references
         parent, k, at, end = frame
         kids = children[parent + 1]
         if k == len(kids):  # every child written: the rest of its text, and its end tag
-            out.append(_escape(text[at:end], references))
+            out.append(escape(text, at, end))
             stack.pop()
             if parent >= 0:
                 out.append(marks[parent].close)
             continue
         i = kids[k]
         start, stop = spans[i]
-        out += [_escape(text[at:start], references), marks[i].open]
+        out += [escape(text, at, start), marks[i].open]
         frame[1], frame[2] = k + 1, stop
         if marks[i].close:
             stack.append([i, 0, start, stop])
