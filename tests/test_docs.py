@@ -6,14 +6,38 @@ the model card and bench/README.md must reach a file or folder of this checkout,
 ``#anchor`` a heading of the page it names, with GitHub's slugs (lower case, punctuation
 dropped, spaces to hyphens, ``-1``, ``-2`` ... for repeats). docs/BENCHMARKS.md is a
 reference, not a diary: it has a length limit too.
+
+The documentation site (mkdocs.yml) builds with ``mkdocs build --strict``, whose validation
+refuses a broken link, anchor or nav entry and a page left out of the nav; the gRPC reference
+(docs/grpc-api.md) is what ``python -m protos.document`` writes from the proto's comments.
+
+Every shell command shown in README.md and docs/*.md is run here or marked as an example. A
+fenced block in bash, sh, shell or console, or with no language, is a block of commands (a
+console block's commands are its ``$`` lines; one without any shows output only), and the line
+above it says which it is:
+
+- ``<!-- run -->``: this test runs it from the repository's root, with the installed ``nmt-*``
+  commands on PATH: a bash block must exit 0; in a console block each ``$`` command must print
+  the lines below it, exactly;
+- ``<!-- example -->``, or ``<!-- example: why -->``: shown, not run here (it needs a server, a
+  model, Docker, a GPU or hours);
+- ``<!-- examples: why -->`` on a line of its own before a page's first block: every block of
+  that page is an example (docs/BENCHMARKS.md: benchmark runs).
+
+README.md's opening block is the exception: the test above pins it byte for byte, and CI runs it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -127,3 +151,148 @@ def test_the_pages_the_readme_promises_exist():
     for name in ("quickstart", "translate", "http-api", "files-and-bulk", "own-model", "training", "deployment",
                  "operations", "architecture", "BENCHMARKS"):
         assert f"docs/{name}.md" in text, f"README.md does not link docs/{name}.md"
+
+
+# ---------------------------------------------------------------- the site and the gRPC reference
+def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+                          cwd=config.parent, capture_output=True, text=True, timeout=300)
+
+
+def test_the_docs_site_builds_strict(tmp_path):
+    r = mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")
+    assert r.returncode == 0, "mkdocs build --strict failed:\n" + r.stderr[-4000:]
+    for page in ("index.html", "docs/grpc-api.html", "docs/http-api.html", "models/default/index.html",
+                 "CHANGELOG.html"):
+        assert (tmp_path / "site" / page).is_file(), page
+
+
+@pytest.mark.parametrize("link, problem", [("b.md#nowhere", "no such anchor"), ("c.md", "not found"),
+                                           ("b.md#spaced-out-heading", "MkDocs' own slug, not GitHub's"),
+                                           ("b.md#spaced----out-heading", None)])
+def test_the_strict_build_refuses_a_broken_link_or_anchor(tmp_path, link, problem):
+    """The project's validation settings and hooks on a two-page site: a link to a missing
+    page or anchor fails the build; a GitHub anchor (nothing collapsed) passes it."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    site = tmp_path / "project"
+    (site / "docs").mkdir(parents=True)
+    (site / "README.md").write_text("# Home\n\nSee [a](docs/a.md).\n")
+    (site / "docs" / "a.md").write_text(f"# A\n\nSee [b]({link}).\n")
+    (site / "docs" / "b.md").write_text("# B\n\n## Spaced -- out heading\n")
+    small = {"site_name": "t", "docs_dir": "docs", "use_directory_urls": False, "validation": config["validation"],
+             "hooks": [str(ROOT / "scripts" / "mkdocs_hooks.py")],
+             "nav": ["README.md", "docs/a.md", "docs/b.md"]}
+    (site / "mkdocs.yml").write_text(yaml.safe_dump(small))
+    r = mkdocs_build(site / "mkdocs.yml", tmp_path / "out")
+    if problem is None:
+        assert r.returncode == 0, r.stderr
+    else:
+        assert r.returncode != 0 and link.partition("#")[0] in r.stderr, r.stderr
+
+
+def test_the_grpc_reference_is_written_from_the_proto():
+    r = subprocess.run([sys.executable, "-m", "protos.document", "--check"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- commands: run or marked
+SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console", "zsh"}
+OPEN_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+MARK = re.compile(r"^\s*<!--\s*(run|example|examples)\s*(?::[^>]*)?-->\s*$")
+COMMAND_PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int  # of the opening fence, from 1
+    language: str
+    lines: tuple[str, ...]  # without the block's indentation
+    mark: str  # "run", "example" or ""
+
+    @property
+    def commands(self) -> list[str]:
+        if self.language == "console":
+            return [line[2:] for line in self.lines if line.startswith("$ ")]
+        return [line for line in self.lines if line.strip() and not line.lstrip().startswith("#")]
+
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def blocks(page: Path, text: str | None = None) -> list[Block]:
+    """The fenced blocks of a page, each with its language and the mark on the line above it."""
+    lines = (page.read_text(encoding="utf-8") if text is None else text).splitlines()
+    page_mark = ""
+    out, i = [], 0
+    while i < len(lines):
+        m = OPEN_FENCE.match(lines[i])
+        if not m:
+            mark = MARK.match(lines[i])
+            if mark and mark.group(1) == "examples" and not out:
+                page_mark = "example"
+            i += 1
+            continue
+        indent, fence, language = m.groups()
+        above = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        mark = MARK.match(above)
+        own = mark.group(1) if mark and mark.group(1) != "examples" else ""
+        body = []
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith(fence):
+            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+            i += 1
+        out.append(Block(page, i - len(body), language.lower(), tuple(body), own or page_mark))
+        i += 1
+    return out
+
+
+def shell_blocks() -> list[Block]:
+    return [b for page in COMMAND_PAGES for b in blocks(page) if b.language in SHELL_LANGUAGES and b.commands]
+
+
+def test_blocks_and_marks_are_read_as_the_convention_says():
+    page = ROOT / "docs" / "x.md"
+    text = ("# X\n\n```bash\nnmt-serve\n```\n\n<!-- example: needs a server -->\n```bash\nnmt-translate x\n```\n"
+            "<!-- run -->\n\n```console\n$ nmt-serve --version\nnmt-serve 1\n```\n```console\nerror: output only\n```\n"
+            "1. a step\n\n   <!-- example -->\n   ```bash\n     torchrun -m training.train\n   ```\n"
+            "```\nnmt-export a b\n```\n```python\nimport os\n```\n")
+    found = [(b.line, b.language, b.mark, b.commands) for b in blocks(page, text)]
+    assert found == [(3, "bash", "", ["nmt-serve"]), (8, "bash", "example", ["nmt-translate x"]),
+                     (13, "console", "run", ["nmt-serve --version"]), (17, "console", "", []),
+                     (23, "bash", "example", ["  torchrun -m training.train"]), (26, "", "", ["nmt-export a b"]),
+                     (29, "python", "", ["import os"])]
+    assert [b.mark for b in blocks(page, "<!-- examples: benchmarks -->\n```bash\nx\n```\n")] == ["example"]
+
+
+def test_every_shell_command_in_the_docs_is_run_or_marked_an_example():
+    unmarked = [f"{b.where()}: {b.commands[0].strip()[:70]!r}" for b in shell_blocks()
+                if not b.mark and not (b.page == README and b.line == 1)]
+    assert not unmarked, ("shell blocks neither run nor marked: put <!-- run --> (this test runs it) or "
+                          "<!-- example --> on the line above each:\n" + "\n".join(unmarked))
+
+
+def run_env() -> dict[str, str]:
+    """The installed commands first on PATH (the nmt-* scripts beside this interpreter)."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": str(ROOT)}
+
+
+@pytest.mark.parametrize("block", [b for b in shell_blocks() if b.mark == "run"], ids=Block.where)
+def test_the_commands_marked_run_do_what_the_docs_show(block: Block):
+    if block.language == "console":
+        expected: list[tuple[str, list[str]]] = []
+        for line in block.lines:
+            if line.startswith("$ "):
+                expected.append((line[2:], []))
+            elif expected:
+                expected[-1][1].append(line.rstrip())
+        for command, output in expected:
+            r = subprocess.run(["bash", "-c", command], cwd=ROOT, env=run_env(), capture_output=True, text=True,
+                               timeout=300)
+            assert (r.returncode, r.stdout.rstrip("\n").splitlines()) == (0, output), (command, r.stderr[-2000:])
+    else:
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(block.lines)], cwd=ROOT, env=run_env(),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, (block.where(), r.stderr[-2000:])

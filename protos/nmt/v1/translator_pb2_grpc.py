@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class TranslatorStub:
-    """Missing associated documentation comment in .proto file."""
+    """Translation with the models this server loaded (nmt-serve --model). A request over a limit
+    (ModelInfo's max_*) is refused with INVALID_ARGUMENT naming the item and the limit, a full
+    queue with RESOURCE_EXHAUSTED, a passed deadline with DEADLINE_EXCEEDED, and a server that
+    is draining with UNAVAILABLE.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -52,7 +56,11 @@ class TranslatorStub:
 
 
 class TranslatorServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Translation with the models this server loaded (nmt-serve --model). A request over a limit
+    (ModelInfo's max_*) is refused with INVALID_ARGUMENT naming the item and the limit, a full
+    queue with RESOURCE_EXHAUSTED, a passed deadline with DEADLINE_EXCEEDED, and a server that
+    is draining with UNAVAILABLE.
+    """
 
     def Translate(self, request, context):
         """Translate many texts in one call; the response keeps their order.
@@ -103,7 +111,11 @@ def add_TranslatorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Translator:
-    """Missing associated documentation comment in .proto file."""
+    """Translation with the models this server loaded (nmt-serve --model). A request over a limit
+    (ModelInfo's max_*) is refused with INVALID_ARGUMENT naming the item and the limit, a full
+    queue with RESOURCE_EXHAUSTED, a passed deadline with DEADLINE_EXCEEDED, and a server that
+    is draining with UNAVAILABLE.
+    """
 
     @staticmethod
     def Translate(request,
