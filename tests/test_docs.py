@@ -24,7 +24,8 @@ above it says which it is:
 - ``<!-- examples: why -->`` on a line of its own before a page's first block: every block of
   that page is an example (docs/BENCHMARKS.md: benchmark runs).
 
-README.md's opening block is the exception: the test above pins it byte for byte, and CI runs it.
+README.md's opening block is the exception: the test above pins it byte for byte; CI (.ci/run)
+runs its set-up and its test command, and tests/test_scripts.py checks how scripts/run.sh refuses.
 """
 
 from __future__ import annotations
