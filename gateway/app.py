@@ -10,6 +10,7 @@ Endpoints:
     GET  /languages     LibreTranslate's: [{"code", "name", "targets"}] of every language of
                         every model's pairs (a target-only one with no targets)
     POST /detect        LibreTranslate's: [{"confidence", "language"}] of q, best first
+    POST /translate_file, GET /download_file/NAME   LibreTranslate's: a document (gateway/files.py)
     GET  /frontend/settings, /health   LibreTranslate's
     POST /v1/translate  ours: every DecodingOptions field, hypotheses, segments, scores, attention
     GET  /v1/models     ours: ListModels as JSON
@@ -62,8 +63,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from cli import LB_POLICY, language, parse_direction
 from cli.version import VERSION_HEADER
 from documents.alignment import aligned_placement, translation_alignments
+from documents.document import Document, DocumentError, Limits
+from documents.formats import EXTENSIONS, media_type, read_document
 from documents.html_text import HtmlText, TooManyTags
-from gateway import langid, reference
+from documents.translate import Batching, Call, sample, translate_segments
+from gateway import files, langid, reference
 from gateway.config import GatewayConfig
 from gateway.version import VersionHeader
 from nmt.v1 import translator_pb2 as pb
@@ -244,18 +248,20 @@ class Upstream:
 # ---------------------------------------------------------------- ASGI middleware
 class BodyLimit:
     """Refuses a body over ``limit`` bytes with 413: at once by its Content-Length, else
-    (chunked) as soon as the bytes read pass the limit."""
+    (chunked) as soon as the bytes read pass the limit. ``paths``: other limits for some paths
+    (/translate_file takes a file)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, limit: int, paths: Mapping[str, int] | None = None) -> None:
+        self.app, self.limit, self.paths = app, limit, dict(paths or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.paths.get(scope["path"], self.limit)
         length = dict(scope["headers"]).get(b"content-length", b"")
-        if length.isdigit() and int(length) > self.limit:
-            await BodyTooLarge(self.limit).response()(scope, receive, send)
+        if length.isdigit() and int(length) > limit:
+            await BodyTooLarge(limit).response()(scope, receive, send)
             return
         seen = 0
 
@@ -264,8 +270,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise BodyTooLarge(self.limit)  # answered by the app's GatewayError handler
+                if seen > limit:
+                    raise BodyTooLarge(limit)  # answered by the app's GatewayError handler
             return message
 
         await self.app(scope, limited, send)
@@ -448,6 +454,7 @@ class Gateway:
     def __init__(self, cfg: GatewayConfig, api_keys: frozenset[str], grpc_token: str) -> None:
         self.cfg, self.api_keys, self.grpc_token = cfg, api_keys, grpc_token
         self.upstream: Upstream | None = None
+        self.store: files.FileStore  # translated files for /download_file, made by the lifespan
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -456,11 +463,13 @@ class Gateway:
         await self.upstream.probe()
         # The language identifier's model loads in the background (about a second, once a process).
         preload = asyncio.create_task(asyncio.to_thread(_load_langid))
+        self.store = files.FileStore(self.cfg.files_dir, self.cfg.files_ttl)
         try:
             yield
         finally:
             await preload  # a thread cannot be cancelled; a second at most
             await self.upstream.close()
+            self.store.close()
 
     @property
     def up(self) -> Upstream:
@@ -638,6 +647,85 @@ class Gateway:
             raise bad_request(f"{language_name(target)} ({target}) is not available as a target language from "
                               f"{language_name(source)} ({source})")
 
+    # ------------------------------------------------------------ LibreTranslate's files (gateway/files.py)
+    async def translate_file(self, request: Request) -> Response:
+        """A document translated whole (documents/), stored for /download_file; its URL."""
+        form = await files.read_form(request)
+        self.check_key(request, form.fields.get("api_key"))
+        try:
+            upload = await files.upload(form, self.cfg.max_file_bytes)
+        except files.FileError as e:
+            raise GatewayError(e.status, e.message) from None
+        source, target = (_language(upload.fields.get(name), name) for name in ("source", "target"))
+        deadline = Deadline.of(request, self.cfg.file_timeout)
+        stored = await until_disconnected(request, self._translate_file(upload, source, target, deadline))
+        if stored is None:
+            return Response(status_code=CLIENT_GONE)
+        return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", name=stored))})
+
+    async def _translate_file(self, upload: files.Upload, source: str, target: str, deadline: Deadline) -> str:
+        try:
+            document = await asyncio.to_thread(read_document, upload.name, upload.data,
+                                               Limits(max_bytes=self.cfg.max_file_bytes))
+        except DocumentError as e:
+            raise bad_request(f"Invalid request: {e}") from None
+        data = upload.data
+        auto = source == "auto"
+        if auto:
+            source = await self._document_language(document, target, deadline)
+        if not (auto and source == target):  # a document told to be in the target language comes back as it is
+            model = await self.up.route(source, target, deadline)
+            if model is None:
+                await self._unsupported(source, target, deadline)
+            try:
+                files.check_segments(document.segments, model.max_chars_per_text if model else 0,
+                                     self.cfg.max_file_chars)
+            except files.FileError as e:
+                raise GatewayError(e.status, e.message) from None
+            per_call = min(model.max_texts_per_request or HTML_TEXTS_PER_CALL * 2, HTML_TEXTS_PER_CALL * 2) \
+                if model else HTML_TEXTS_PER_CALL
+            answers = await translate_segments(document.segments, self._document_call(model, source, target, deadline),
+                                               Batching(per_call, HTML_TEXTS_PER_CALL))
+            data = await asyncio.to_thread(document.render, answers)
+        return await asyncio.to_thread(self.store.put, data, files.download_name(upload.name, target))
+
+    def _document_call(self, model: pb.ModelInfo | None, source: str, target: str, deadline: Deadline) -> Call:
+        """One Translate call of a document's segments: bulk work, as nmt-translate's files (the
+        server admits a person's sentence ahead of it); an error names the segment."""
+        async def call(segments: list, attention: bool) -> list[pb.Translation]:
+            request = pb.TranslateRequest(texts=[s.text for s in segments], source_lang=source, target_lang=target,
+                                          model=model.name if model else "", priority=pb.PRIORITY_BULK)
+            request.options.beam_size = self.beam(model)
+            request.options.return_attention = attention
+            try:
+                return list((await self.up.translate(request, deadline)).translations)
+            except GatewayError as e:
+                raise GatewayError(e.status, files.where(e.message, segments), e.headers) from None
+        return call
+
+    async def _document_language(self, document: Document, target: str, deadline: Deadline) -> str:
+        """source "auto" of a file: the language of its text among those translated into
+        ``target`` (and the target itself: a document already in it comes back as it is)."""
+        pairs = language_pairs(await self.up.models(deadline, MODELS_TTL))
+        sources = sorted(code for code, targets in pairs.items() if target in targets)
+        if not sources:
+            await self._unsupported(sorted(pairs)[0] if pairs else target, target, deadline)
+            raise bad_request(f"{target} is not supported")
+        try:
+            ranked = await asyncio.to_thread(langid.rank, sample(document.segments), [*sources, target])
+        except langid.Unavailable as e:
+            raise GatewayError(500, str(e)) from None
+        return ranked[0][0] if ranked else ("en" if "en" in sources else sources[0])
+
+    async def download_file(self, request: Request) -> Response:
+        """A translated file, as an attachment with its download name; 404 for a name that is not
+        a stored file's (none reaches outside the store) or one that has expired."""
+        found = await asyncio.to_thread(self.store.get, request.path_params["name"])
+        if found is None:
+            raise GatewayError(404, "Invalid filename: no such file here, or it has expired (--files-ttl)")
+        path, name = found
+        return FileResponse(path, media_type=media_type(name), filename=name)
+
     async def languages(self, request: Request) -> Response:
         """Every language of every model, the target-only ones too (with no targets), as
         LibreTranslate lists them."""
@@ -645,7 +733,7 @@ class Gateway:
 
     async def frontend_settings(self, request: Request) -> Response:
         """LibreTranslate's /frontend/settings: the character limit (the smallest model's; -1 when
-        the server cannot be asked), whether keys are needed, no files and no suggestions here, and
+        the server cannot be asked), whether keys are needed, the file formats (no suggestions here), and
         the page's default languages (the source detected, as LibreTranslate's default)."""
         try:
             models = await self.up.models(Deadline.of(request, self.cfg.timeout), MODELS_TTL)
@@ -662,8 +750,8 @@ class Gateway:
             "apiKeys": bool(self.api_keys),
             "keyRequired": bool(self.api_keys),
             "suggestions": False,
-            "filesTranslation": False,
-            "supportedFilesFormat": [],
+            "filesTranslation": True,
+            "supportedFilesFormat": list(EXTENSIONS),
             "language": {"source": {"code": "auto", "name": "Auto Detect"},
                          "target": {"code": target, "name": language_name(target)}},
         })
@@ -944,6 +1032,8 @@ def create_app(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_
         Route("/translate", guarded(gateway.translate), methods=["POST"]),
         Route("/languages", guarded(gateway.languages), methods=["GET"]),
         Route("/detect", guarded(gateway.detect), methods=["POST"]),
+        Route("/translate_file", guarded(gateway.translate_file), methods=["POST"]),
+        Route("/download_file/{name:str}", guarded(gateway.download_file), methods=["GET"], name="download_file"),
         Route("/frontend/settings", guarded(gateway.frontend_settings), methods=["GET"]),
         Route("/health", guarded(gateway.healthz), methods=["GET"]),
         Route("/v1/translate", guarded(gateway.v1_translate), methods=["POST"]),
@@ -962,7 +1052,9 @@ def create_app(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_
         middleware.append(Middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST"],
                                      allow_headers=["Content-Type", "Authorization", "X-Timeout-Seconds"],
                                      expose_headers=["Retry-After", VERSION_HEADER], max_age=600))
-    middleware.append(Middleware(BodyLimit, cfg.max_body_bytes))
+    # A file's form is its bytes and a few short fields.
+    middleware.append(Middleware(BodyLimit, cfg.max_body_bytes,
+                                 {"/translate_file": max(cfg.max_body_bytes, cfg.max_file_bytes + 64 * 1024)}))
     app = Starlette(routes=routes, lifespan=gateway.lifespan, middleware=middleware,
                     exception_handlers={GatewayError: _gateway_error, HTTPException: _http_error,
                                         Exception: _unexpected})

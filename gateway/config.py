@@ -71,6 +71,15 @@ class GatewayConfig(Settings):
                                           "new connection); a slower one is disconnected")
     body_seconds: float = setting(30.0, "time a client has to send a request's body once its headers are in; a "
                                         "slower one is answered 408")
+    max_file_bytes: int = setting(10 * 1024 * 1024, "the largest file /translate_file takes, in bytes (its "
+                                                    "request body may be this much larger than --max-body-bytes)")
+    max_file_chars: int = setting(200_000, "characters to translate that one file may hold (each paragraph is also "
+                                           "held to the model's characters per text); a larger one is answered 400")
+    file_timeout: float = setting(600.0, "seconds /translate_file may take to translate a file (its X-Timeout-"
+                                         "Seconds header may lower it)")
+    files_dir: str = setting("", "the folder of translated files waiting for /download_file; none: a private "
+                                 "folder made at start and removed at exit")
+    files_ttl: float = setting(1800.0, "seconds a translated file can be downloaded; older ones are removed")
     log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
 
     def problems(self) -> list[str]:
@@ -96,6 +105,11 @@ class GatewayConfig(Settings):
             out.append(f"{flag('max_html_tags')} is {self.max_html_tags}; it must be at least 1")
         if self.beam < 1:
             out.append(f"{flag('beam')} is {self.beam}; it must be at least 1")
+        if self.max_file_bytes < 1 or self.max_file_chars < 1:
+            out.append(f"{flag('max_file_bytes')} and {flag('max_file_chars')} must be at least 1")
+        for name in ("file_timeout", "files_ttl"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                out.append(f"{flag(name)} is {getattr(self, name)}; it must be a number of seconds above 0")
         out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)
         return out
 

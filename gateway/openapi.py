@@ -154,6 +154,14 @@ SCHEMAS: dict[str, Schema] = {
                         "the page's default languages"),
     }, ("charLimit", "frontendTimeout", "apiKeys", "keyRequired", "suggestions", "filesTranslation",
         "supportedFilesFormat", "language")),
+    "TranslateFileRequest": obj({
+        "file": {"type": "string", "format": "binary", "description": "the document; its extension is its format"},
+        "source": string("the document's language, or auto", examples=["en"]),
+        "target": string("the language to translate it into", examples=["de"]),
+        "api_key": API_KEY,
+    }, ("file", "source", "target")),
+    "TranslateFileResponse": obj({"translatedFileUrl": string("the absolute URL of the translation, at "
+                                                              "/download_file/NAME")}, ("translatedFileUrl",)),
     "LanguageChoice": obj({"code": string("a language code, or auto"), "name": string("its name")},
                           ("code", "name")),
     "Status": obj({"status": string("ok", enum=["ok"])}, ("status",)),
@@ -276,6 +284,28 @@ PATHS: dict[str, dict[str, Any]] = {
         "requestBody": libre_body("DetectRequest", "the parameters (they may be in the query string instead)"),
         "responses": answers(json_ok("the candidates, best first", array(ref("Detection"))),
                              "400", "403", "408", "413", "500", "503", "504")}},
+    "/translate_file": {"post": {
+        "tags": ["LibreTranslate"], "operationId": "translateFile", "summary": "Translate a document",
+        "description": "LibreTranslate's call: a multipart form with the file (.txt, .html, .htm, .md, .srt, .vtt, "
+                       ".docx, .odt; /frontend/settings lists them), source (auto: told from the document's text), "
+                       "target and api_key. The document is translated whole, its structure and formatting kept, "
+                       "and stored for --files-ttl seconds; a segment that fails fails the request, naming it "
+                       "(\"paragraph 12: ...\"). The body may be --max-file-bytes (and a little more) long.",
+        "parameters": [query("api_key", {"type": "string"}, API_KEY["description"]), TIMEOUT], "security": KEYED,
+        "requestBody": {"required": True, "content": {MULTIPART: {"schema": ref("TranslateFileRequest")}}},
+        "responses": answers(json_ok("where to download the translation", ref("TranslateFileResponse")),
+                             *TRANSLATE_ERRORS)}},
+    "/download_file/{name}": {"get": {
+        "tags": ["LibreTranslate"], "operationId": "downloadFile", "summary": "Download a translated document",
+        "description": "The file /translate_file stored, as an attachment named as LibreTranslate names it "
+                       "(report_de.docx), with its format's media type; 404 for a name that is not a stored "
+                       "file's or one older than --files-ttl.",
+        "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"},
+                        "description": "the last part of translatedFileUrl"}],
+        "responses": answers({"description": "the translated file",
+                              "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                  "format": "binary"}}}},
+                             "404")}},
     "/languages": {"get": {
         "tags": ["LibreTranslate"], "operationId": "languages", "summary": "The languages served",
         "description": "Every language of every model's pairs, each with the languages it is translated into.",

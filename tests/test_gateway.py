@@ -424,7 +424,8 @@ def test_frontend_settings_and_health_as_libretranslate(server, http):
     r = http.get("/frontend/settings")
     assert (r.status_code, r.json()) == (200, {
         "charLimit": 500, "frontendTimeout": 500, "apiKeys": False, "keyRequired": False, "suggestions": False,
-        "filesTranslation": False, "supportedFilesFormat": [],
+        "filesTranslation": True, "supportedFilesFormat": [".txt", ".html", ".htm", ".md", ".srt", ".vtt", ".docx",
+                                                           ".odt"],
         "language": {"source": {"code": "auto", "name": "Auto Detect"},
                      "target": {"code": "de", "name": "German"}}})
     assert (http.get("/health").status_code, http.get("/health").json()) == (200, {"status": "ok"})
