@@ -67,8 +67,9 @@ class Manifest:
 
     dims: Dimensions
     special_ids: dict[str, int]  # pad, unk, bos (the decoder's first input), eos
-    # language -> id of the tag that starts a source to be translated into it (<2xx>). A package
-    # with a single target language (an imported one-pair model) may have none.
+    # language -> id of the tag that starts a source to be translated into it (<2xx>; an imported
+    # OPUS-MT model's >>xx<<). A package with a single target language (an imported one-pair
+    # model) may have none.
     language_tags: dict[str, int]
     pairs: tuple[str, ...]  # "en-de", ...
     max_source_tokens: int
@@ -227,7 +228,7 @@ def tokenizer_files(kind: str) -> tuple[str, ...]:
 def tokenizer_problems(manifest: Manifest, path: Path) -> list[str]:
     """Where model.json and the tokenizer in ``path`` disagree: the vocabulary's size, the
     special ids, and each language tag, which must be the piece <2xx> of its language (a
-    SentencePiece tokenizer of ours) or a piece of the vocabulary (an imported one)."""
+    SentencePiece tokenizer of ours) or >>xx<< (an imported OPUS-MT model's, in any case)."""
     try:
         tok = PackageTokenizer.load(path, manifest.tokenizer)
     except TokenizerError as e:
@@ -236,8 +237,10 @@ def tokenizer_problems(manifest: Manifest, path: Path) -> list[str]:
     name = contract.TOKENIZER if manifest.tokenizer == SENTENCEPIECE else contract.VOCAB
     if size != manifest.dims.vocab_size:
         return [f"{name} has {size} pieces, model.json says {manifest.dims.vocab_size}"]
-    if manifest.tokenizer == PIECES:
-        return []  # its special ids and tags are ids of the model's vocabulary: checked with model.json
+    if manifest.tokenizer == PIECES:  # its special ids are ids of the model's vocabulary: checked with model.json
+        return [f"language_tags.{language} is {given}, the piece {tok.id_to_piece(given)!r}, not >>{language}<<"
+                for language, given in manifest.language_tags.items()
+                if tok.id_to_piece(given).lower() != f">>{language}<<"]
     problems = []
     sp = tok.source
     ids = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}

@@ -100,6 +100,7 @@ class PackageTokenizer:
         # unknown id, and pieces no SentencePiece model produces as text (control symbols such as
         # <s> and </s>; <pad>, <mask> and the like, which neither model has).
         self.special = special | {self._unk} | {i for piece, i in vocab.items() if self._not_text(piece)}
+        self._reserved = frozenset(special - {self._unk})  # ids no text may stand for (>>fr<<: a tag)
         user = {source.id_to_piece(i) for i in self._user_defined}
         self._not_text_ids = frozenset(self.special | {i for piece, i in vocab.items() if piece in user})
 
@@ -173,7 +174,7 @@ class PackageTokenizer:
         if not symbols or not self._user_defined:
             if self.vocab is None:
                 return self._literal.encode(text)
-            return [self.vocab.get(p, self._unk) for p in self._literal.encode(text, out_type=str)]
+            return self._vocab_ids(self._literal.encode(text, out_type=str))
         allowed = {(len(text[:s].encode()), len(text[:e].encode())) for s, e in symbols}
         pieces: list[str] = []
         ids: list[int] = []
@@ -190,7 +191,24 @@ class PackageTokenizer:
                 ids.append(p.id)
         if self.vocab is None:
             return ids
-        return [self.vocab.get(x, self._unk) for x in pieces]
+        return self._vocab_ids(pieces)
+
+    def _vocab_ids(self, pieces: list[str]) -> list[int]:
+        """The vocabulary's ids of text pieces. A piece spelled like a reserved one (a SentencePiece
+        model that learned ">>fr<<" as text, OPUS-MT's target tag) is text: spelled out character by
+        character, never the tag."""
+        vocab = self.vocab or {}
+        ids = [vocab.get(p, self._unk) for p in pieces]
+        if not self._reserved.intersection(ids):
+            return ids
+        out: list[int] = []
+        for piece, i in zip(pieces, ids):
+            if i not in self._reserved:
+                out.append(i)
+                continue
+            spelled = (vocab.get(c, self._unk) for c in self._characters(piece))
+            out += [self._unk if j in self._reserved else j for j in spelled]
+        return out
 
     def _spell(self, symbol: str, after_space: bool) -> list[str]:
         """The pieces of a symbol's text read as text: SentencePiece's own, without the word start

@@ -9,15 +9,16 @@ pytorch_model.bin, the tokenizer's files), as ``save_pretrained`` or a hub downl
 it, or a model id (``owner/name``, or ``hf:owner/name``) when no such directory exists: then
 huggingface_hub's ``snapshot_download`` fetches only the files the import reads into the
 hub's own cache (HF_HOME, HF_HUB_CACHE; HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE are
-honoured), at ``--revision``. Two architectures:
+honoured; export/hub.py), at ``--revision``. Two architectures:
 
 - ``MarianMTModel`` (OPUS-MT, ~1,400 models): post-LN, swish, a sinusoidal table laid out
   [sin half | cos half], ``final_logits_bias``, one vocabulary shared by source and target
   (``vocab.json``) over two SentencePiece models (``source.spm``, ``target.spm``), the
   decoder started with the pad id. One language pair, named by the tokenizer's
-  ``source_lang``/``target_lang`` or by ``--pair``. Models whose source starts with a
-  ``>>xx<<`` target token (several target languages) and models with separate source and
-  target vocabularies are refused.
+  ``source_lang``/``target_lang`` or by ``--pair``; or, where the vocabulary has ``>>xx<<``
+  target-language tokens (en-ROMANCE, en-mul ...), one pair per token from ``source_lang``:
+  the tokens are the package's language tags, the first source piece as MarianTokenizer puts
+  them (``>>fr<< pieces </s>``). Separate source and target vocabularies are refused.
 - ``M2M100ForConditionalGeneration`` (NLLB-200, M2M100): pre-LN with final norms, ReLU, its
   own sinusoidal table read from position 2 (pad id + 1), a SentencePiece model whose ids are
   shifted by fairseq's four special tokens, and language-code tokens: the source is
@@ -55,6 +56,7 @@ from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, exit_status_he
 from engine import contract
 from engine.package import Manifest, ModelPackage
 from engine.tokenizer import PIECES
+from export.hub import ImportRefused, fetch, hub_id
 from export.onnx_export import OPSET, dimensions, write_package
 from training.config import ModelConfig
 from training.model import Transformer
@@ -63,119 +65,6 @@ MARIAN, M2M100 = "marian", "m2m_100"
 SUPPORTED = {MARIAN: "MarianMTModel (OPUS-MT)", M2M100: "M2M100ForConditionalGeneration (NLLB-200, M2M100)"}
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 M2M100_POSITION_OFFSET = 2  # M2M100 looks position p up at row pad_id + 1 + p (pad id 1)
-
-
-class ImportRefused(ValueError):
-    """A directory this importer cannot turn into a package; the message names what and why."""
-
-
-# ---------------------------------------------------------------- a model id: fetch it from the hub
-HUB_PREFIX = "hf:"
-MODEL_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
-TOKENIZER_FILES = ("config.json", "source.spm", "target.spm", "vocab.json", "sentencepiece.bpe.model",
-                   "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
-
-
-def hub_id(source: str | Path) -> str | None:
-    """The model id ``source`` names (``owner/name`` or ``hf:owner/name``) when it is not an
-    existing path; None for a path."""
-    text = str(source)
-    if text.startswith(HUB_PREFIX):
-        return text[len(HUB_PREFIX):]
-    if Path(text).exists() or not MODEL_ID.fullmatch(text):
-        return None
-    return text
-
-
-def _truthy(name: str) -> bool:
-    return os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-
-
-def _hub_cache() -> str | None:
-    """The hub's cache, from the environment as it is now (huggingface_hub reads it once, when
-    it is imported); None: huggingface_hub's own default."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return os.environ["HF_HUB_CACHE"]
-    if os.environ.get("HF_HOME"):
-        return str(Path(os.environ["HF_HOME"]) / "hub")
-    return None
-
-
-def weight_files(names: list[str]) -> list[str]:
-    """The weights to fetch among a repository's top-level files: safetensors (one file or
-    shards with their index), else pytorch_model.bin (the same); never both."""
-    top = [n for n in names if "/" not in n]
-    for pattern in (r"model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json",
-                    r"pytorch_model(-\d+-of-\d+)?\.bin|pytorch_model\.bin\.index\.json"):
-        chosen = [n for n in top if re.fullmatch(pattern, n)]
-        if chosen:
-            return chosen
-    return []
-
-
-def fetch(model_id: str, revision: str | None = None, log=print) -> Path:
-    """The directory of ``model_id`` at ``revision`` in the hub's cache, with the files this
-    importer reads, downloaded if they are not there yet. ImportRefused, on one line, says why
-    it cannot be fetched (offline, not found, gated, unreachable) and what to give instead."""
-    try:
-        from huggingface_hub import HfApi, snapshot_download
-        from huggingface_hub.errors import (
-            GatedRepoError,
-            HfHubHTTPError,
-            LocalEntryNotFoundError,
-            RepositoryNotFoundError,
-            RevisionNotFoundError,
-        )
-    except ImportError:
-        raise ImportRefused("nmt-import needs huggingface_hub to fetch a model id: pip install '.[hf]'") from None
-    at = f" at revision {revision}" if revision else ""
-    instead = (f"download it where the hub can be reached (e.g. `hf download {model_id} --local-dir DIR`) and "
-               f"give nmt-import that directory")
-
-    def refused(why: str) -> ImportRefused:
-        return ImportRefused(f"cannot fetch the model {model_id}{at}: {why}; {instead}")
-
-    endpoint = os.environ.get("HF_ENDPOINT") or None  # read now: huggingface_hub read it at its import
-    cache = _hub_cache()
-    offline = _truthy("HF_HUB_OFFLINE")
-    names: list[str] | None = None
-    if not offline:
-        try:
-            info = HfApi(endpoint=endpoint).model_info(model_id, revision=revision)
-            names = [s.rfilename for s in info.siblings or ()]
-        except GatedRepoError:
-            raise refused("the model is gated: accept its conditions on its page, then log in "
-                          "(`hf auth login` or HF_TOKEN)") from None
-        except RepositoryNotFoundError:
-            raise refused("not found on the hub (no such model, or a private one: log in with `hf auth login` "
-                          "or HF_TOKEN)") from None
-        except RevisionNotFoundError:
-            raise refused(f"the model has no revision {revision}") from None
-        except HfHubHTTPError as e:
-            status = e.response.status_code if e.response is not None else None
-            if status == 404:
-                raise refused("not found on the hub") from None
-            log(f"the hub answered {status}; looking for {model_id} in the cache")
-        except OSError as e:  # requests' ConnectionError and Timeout among them: the cache may still have it
-            log(f"the hub cannot be reached ({type(e).__name__}); looking for {model_id} in the cache")
-    if names is not None:
-        weights = weight_files(names)
-        if not weights:
-            raise refused("it has no model.safetensors or pytorch_model.bin (weights Transformers reads)")
-        patterns = [n for n in names if n in TOKENIZER_FILES] + weights
-        log(f"fetching {model_id}{at}: {', '.join(patterns)}")
-    else:
-        patterns = [*TOKENIZER_FILES, "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin",
-                    "pytorch_model.bin.index.json"]
-    try:
-        path = snapshot_download(model_id, revision=revision, cache_dir=cache, endpoint=endpoint,
-                                 allow_patterns=patterns, local_files_only=names is None)
-    except LocalEntryNotFoundError:
-        why = ("offline (HF_HUB_OFFLINE is set)" if offline else "the hub cannot be reached")
-        raise refused(f"{why} and it is not in the hub's cache") from None
-    except (HfHubHTTPError, OSError) as e:
-        raise refused(f"the download failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    return Path(path)
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -412,9 +301,14 @@ NLLB_CODES = {
 }
 
 
-def marian_tokenizer(directory: Path, config: dict[str, Any], pair: str | None
-                     ) -> tuple[dict[str, bytes], dict[str, int], tuple[str, ...]]:
-    """OPUS-MT's tokenizer files, special ids and its one pair."""
+# OPUS-MT's target-language tokens, ">>fra<<", ">>pt_br<<": the source's first piece, naming the target.
+TARGET_TOKEN = re.compile(r">>([A-Za-z]{2,3}(?:_[A-Za-z0-9]+)*)<<")
+
+
+def marian_tokenizer(directory: Path, config: dict[str, Any], pair: str | None, languages: list[str] | None = None,
+                     log=print) -> tuple[dict[str, bytes], dict[str, int], tuple[str, ...], dict[str, int]]:
+    """OPUS-MT's tokenizer files, special ids, pairs and target-language tags (language -> the
+    id of its ``>>xx<<`` token; none for a model with one target)."""
     files: dict[str, bytes] = {}
     for name in ("source.spm", "target.spm", "vocab.json"):
         if not (directory / name).is_file():
@@ -423,24 +317,60 @@ def marian_tokenizer(directory: Path, config: dict[str, Any], pair: str | None
         files[{"source.spm": contract.SOURCE_SPM, "target.spm": contract.TARGET_SPM,
                "vocab.json": contract.VOCAB}[name]] = (directory / name).read_bytes()
     vocab = json.loads(files[contract.VOCAB])
-    codes = sorted(p for p in vocab if p.startswith(">>") and p.endswith("<<"))
-    if codes:
-        raise ImportRefused(f"vocab.json has target-language tokens ({', '.join(codes[:3])}, ...): models with "
-                            f"several target languages are not supported yet")
     if len(vocab) != config["vocab_size"]:
         raise ImportRefused(f"vocab.json has {len(vocab)} pieces, config.json's vocab_size is {config['vocab_size']}")
     if "<unk>" not in vocab:
         raise ImportRefused("vocab.json has no <unk>")
     special = {"pad": int(config["pad_token_id"]), "unk": vocab["<unk>"], "eos": int(config["eos_token_id"]),
                "bos": int(config.get("decoder_start_token_id", config["pad_token_id"]))}
+    source, target = pair.partition("-")[::2] if pair else (None, None)
     if pair is None:
         tok_config = _json(directory / "tokenizer_config.json")
         source, target = tok_config.get("source_lang"), tok_config.get("target_lang")
+    tokens = {piece: i for piece, i in vocab.items() if piece.startswith(">>") and piece.endswith("<<")}
+    if not tokens:  # one target language
         if not source or not target:
             raise ImportRefused("tokenizer_config.json names no source_lang and target_lang: give the pair with "
                                 "--pair SRC-TGT")
-        pair = f"{source}-{target}"
-    return files, special, (pair,)
+        return files, special, (f"{source}-{target}",), {}
+    if not source:
+        raise ImportRefused("tokenizer_config.json names no source_lang: give the direction with --pair SRC-TGT")
+    source = source.strip().lower()
+    tags = target_tags(tokens, log)
+    if pair and languages:
+        raise ImportRefused("give --pair (one direction) or --languages (several), not both")
+    wanted = [target] if pair else [x for x in (languages or ()) if x.strip().lower() != source]
+    wanted = [x.strip().lower() for x in wanted]
+    unknown = [x for x in wanted if x not in tags]
+    if unknown:
+        flag = "--pair" if pair else "--languages"
+        raise ImportRefused(f"{flag}: {', '.join(unknown)} is not a target language of this model; its targets "
+                            f"(its >>xx<< tokens): {', '.join(sorted(tags))}")
+    if languages and not wanted:
+        raise ImportRefused(f"--languages names no target language of this model; its targets: "
+                            f"{', '.join(sorted(tags))}")
+    chosen = {lang: tags[lang] for lang in (wanted or tags) if lang != source}
+    return files, special, tuple(f"{source}-{lang}" for lang in chosen), chosen
+
+
+def target_tags(tokens: dict[str, int], log=print) -> dict[str, int]:
+    """Language (lower case, as requests name it) -> the id of its ``>>xx<<`` token, in the
+    vocabulary's order. Tokens that cannot be a language of ours are left out, with a note."""
+    tags: dict[str, int] = {}
+    left_out = []
+    for piece, i in sorted(tokens.items(), key=lambda item: item[1]):
+        match = TARGET_TOKEN.fullmatch(piece)
+        if match is None or match.group(1).lower() in tags:
+            left_out.append(piece)
+        else:
+            tags[match.group(1).lower()] = i
+    if not tags:
+        raise ImportRefused(f"vocab.json's target-language tokens ({', '.join(sorted(tokens)[:3])}, ...) name no "
+                            f"language code this importer reads (>>xx<<, >>xxx<<, >>xx_Yyyy<<)")
+    if left_out:
+        log(f"target-language tokens left out (not a language code, or the same one in another case): "
+            f"{', '.join(left_out[:10])}{' ...' if len(left_out) > 10 else ''}")
+    return tags
 
 
 def nllb_tokenizer(directory: Path, config: dict[str, Any], languages: list[str] | None
@@ -513,33 +443,44 @@ def import_model(directory: str | Path, out_dir: str | Path, int8: bool = False,
     if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not force)):
         raise ImportRefused(f"{out_dir} exists and is not an empty directory; pass --force to overwrite it")
     model_id = hub_id(directory)
-    origin: dict[str, Any] = {}
     if model_id is not None:
-        directory = fetch(model_id, revision, log=log)
-        origin = {"hub_model_id": model_id, "hub_revision": directory.name}  # the snapshot's commit
-    elif revision is not None:
+        snapshot = fetch(model_id, revision, log=log)
+        return import_directory(snapshot, out_dir, int8=int8, fp16=fp16, pair=pair, languages=languages, log=log,
+                                origin={"imported_from": model_id, "hub_model_id": model_id,
+                                        "hub_revision": snapshot.name})  # the snapshot's commit
+    if revision is not None:
         raise ImportRefused(f"--revision is for a model id; {directory} is a directory")
-    directory = Path(directory)
+    return import_directory(Path(directory), out_dir, int8=int8, fp16=fp16, pair=pair, languages=languages, log=log)
+
+
+def import_directory(directory: Path, out_dir: Path, int8: bool = False, fp16: bool = False, pair: str | None = None,
+                     languages: list[str] | None = None, origin: dict[str, Any] | None = None,
+                     log=print) -> ModelPackage:
+    """A Hugging Face directory -> the package ``out_dir`` (replaced if it exists); ``origin``:
+    where the directory came from, for the provenance (default: its name)."""
     config = read_config(directory)
     kind = config["model_type"]
     m = model_config(config)
     codes: dict[str, int] = {}
+    tags: dict[str, int] = {}
     if kind == MARIAN:
-        files, special, pairs = marian_tokenizer(directory, config, pair)
+        files, special, pairs, tags = marian_tokenizer(directory, config, pair, languages, log=log)
     else:
         files, special, pairs, codes = nllb_tokenizer(directory, config, languages)
     log(f"reading {directory} ({SUPPORTED[kind]}: d_model {m.d_model}, {m.n_encoder_layers}+{m.n_decoder_layers} "
-        f"layers, {m.activation}, vocabulary {m.vocab_size})")
+        f"layers, {m.activation}, vocabulary {m.vocab_size}"
+        + (f"; target-language tokens for {', '.join(tags)}" if tags else "") + ")")
     model = to_ours(load_hf(directory, kind), kind, m)
 
     def manifest(worst: float) -> Manifest:
         return Manifest(
-            dims=dimensions(m), special_ids=special, language_tags={}, pairs=pairs,
+            # OPUS-MT's >>xx<< tokens are language tags: the source's first piece, naming the target.
+            dims=dimensions(m), special_ids=special, language_tags=tags, pairs=pairs,
             # Source: [code] + pieces + eos; target: the decoder's start + [code] + pieces + eos.
             max_source_tokens=m.max_positions, max_target_tokens=m.max_positions - 1 - bool(codes),
             graphs=(*contract.REQUIRED_GRAPHS, *contract.RESIDENT_GRAPHS), tokenizer=PIECES,
             source_codes=codes, target_codes=codes,
-            provenance={"imported_from": model_id or directory.name, **origin, "architecture": SUPPORTED[kind],
+            provenance={"imported_from": directory.name, **(origin or {}), "architecture": SUPPORTED[kind],
                         "hf_config": config, "model": asdict(m), "opset": OPSET, "torch": torch.__version__,
                         "max_abs_diff_vs_torch": worst,
                         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
@@ -556,11 +497,12 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--int8", action="store_true", help="add int8 graphs (dynamic quantization) for the CPU")
     p.add_argument("--fp16", action="store_true", help="add half-precision graphs for CUDA")
     p.add_argument("--force", action="store_true", help="overwrite an existing, non-empty out_dir")
-    p.add_argument("--pair", help="the language pair of a one-pair model (OPUS-MT), as SRC-TGT (default: "
-                                  "tokenizer_config.json's source_lang and target_lang)")
+    p.add_argument("--pair", help="OPUS-MT: the language pair, as SRC-TGT (default: tokenizer_config.json's "
+                                  "source_lang and target_lang; with several targets, every >>xx<< token's)")
     p.add_argument("--languages", type=lambda v: [x for x in v.split(",") if x],
                    help="NLLB: the languages to serve, as en,de or en=eng_Latn,... (default: the "
-                        f"{len(NLLB_CODES)} with two-letter codes nmt-import knows); every pair among them")
+                        f"{len(NLLB_CODES)} with two-letter codes nmt-import knows); every pair among them. "
+                        "OPUS-MT with several targets: the targets to serve (default: every one)")
     return p
 
 

@@ -12,7 +12,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from export.hf_import import ImportRefused, fetch, hub_id, import_model, main, weight_files
+from export.hf_import import import_model, main
+from export.hub import ImportRefused, fetch, hub_id, weight_files
 from tests.test_hf_import import engine_decode, sharp  # noqa: F401  (sharp: the directory import, a fixture)
 
 REPO, SHA = "tiny-org/opus-mt-en-de", "0123456789abcdef0123456789abcdef01234567"
@@ -21,10 +22,11 @@ REPO, SHA = "tiny-org/opus-mt-en-de", "0123456789abcdef0123456789abcdef01234567"
 class Hub:
     """Repositories (id -> {file name: bytes}) served as the hub's file API serves them: the
     model info with its siblings, and each file at /{id}/resolve/{revision}/{name} with the
-    headers huggingface_hub's file_download reads (X-Repo-Commit, ETag, Content-Length)."""
+    headers huggingface_hub's file_download reads (X-Repo-Commit, ETag, Content-Length). Every
+    repository is at commit ``sha``, which a test may change (a new revision)."""
 
     def __init__(self, repos: dict[str, dict[str, bytes]], gated: tuple[str, ...] = ()):
-        self.repos, self.gated, self.requests = repos, gated, []
+        self.repos, self.gated, self.requests, self.sha = repos, gated, [], SHA
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,10 +47,10 @@ class Hub:
                     repo, rest = "/".join(parts[2:4]), parts[4:]
                     if not self.known(repo):
                         return
-                    if rest[:1] == ["revision"] and rest[1:] not in (["main"], [SHA]):
+                    if rest[:1] == ["revision"] and rest[1:] not in (["main"], [hub.sha]):
                         return self.error(404, "RevisionNotFound")
                     files = hub.repos[repo]
-                    return self.send(json.dumps({"id": repo, "modelId": repo, "sha": SHA, "private": False,
+                    return self.send(json.dumps({"id": repo, "modelId": repo, "sha": hub.sha, "private": False,
                                                  "siblings": [{"rfilename": n} for n in sorted(files)]}).encode(),
                                      {"Content-Type": "application/json"}, body)
                 if len(parts) >= 5 and parts[2] == "resolve":
@@ -58,7 +60,7 @@ class Hub:
                     if name not in hub.repos[repo]:
                         return self.error(404, "EntryNotFound")
                     data = hub.repos[repo][name]
-                    return self.send(data, {"X-Repo-Commit": SHA, "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+                    return self.send(data, {"X-Repo-Commit": hub.sha, "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
                                             "Content-Type": "application/octet-stream"}, body)
                 self.error(404, "")
 

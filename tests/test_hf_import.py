@@ -141,13 +141,37 @@ def test_configs_it_cannot_honour_are_refused_naming_the_field(marian, tmp_path,
     assert not (tmp_path / "out").exists()
 
 
-def test_several_target_languages_are_refused(marian, tmp_path):
-    bad = _marian_copy(marian[0], tmp_path)
-    vocab = json.loads((bad / "vocab.json").read_text())
-    vocab[">>fra<<"] = len(vocab)
-    (bad / "vocab.json").write_text(json.dumps(vocab))
-    with pytest.raises(ImportRefused, match="target-language tokens"):
-        import_model(bad, tmp_path / "out", log=lambda *_: None)
+def test_target_language_tokens_make_one_pair_each(marian, tmp_path):
+    """OPUS-MT's >>xx<< tokens (a model with several target languages): one pair per token from
+    source_lang, each token the language's tag; --languages picks targets, --pair one direction."""
+    from export.hf_import import marian_tokenizer
+
+    multi = _marian_copy(marian[0], tmp_path)
+    config = json.loads((multi / "config.json").read_text())
+    vocab = json.loads((multi / "vocab.json").read_text())
+    pieces = sorted(vocab, key=vocab.get)  # the last is <pad>
+    renamed = {pieces[-4]: ">>zh-Hant<<", pieces[-3]: ">>fr_BE<<", pieces[-2]: ">>de<<"}
+    (multi / "vocab.json").write_text(json.dumps({renamed.get(p, p): i for p, i in vocab.items()}))
+    ids = {piece: vocab[old] for old, piece in renamed.items()}
+    notes: list[str] = []
+    _, special, pairs, tags = marian_tokenizer(multi, config, None, None, log=notes.append)
+    assert pairs == ("en-fr_be", "en-de") and tags == {"fr_be": ids[">>fr_BE<<"], "de": ids[">>de<<"]}
+    assert notes == ["target-language tokens left out (not a language code, or the same one in another case): "
+                     ">>zh-Hant<<"]
+    assert special["pad"] == vocab["<pad>"]
+    german = (("en-de",), {"de": ids[">>de<<"]})
+    assert marian_tokenizer(multi, config, None, ["en", "DE"], log=notes.append)[2:] == german
+    assert marian_tokenizer(multi, config, "en-de", None, log=notes.append)[2:] == german
+    for pair, languages, message in (
+            (None, ["en", "it"], "--languages: it is not a target language of this model; its targets (its >>xx<< "
+                                 "tokens): de, fr_be"),
+            (None, ["en"], "--languages names no target language of this model; its targets: de, fr_be"),
+            ("en-it", None, "--pair: it is not a target language of this model; its targets (its >>xx<< tokens): de, "
+                            "fr_be"),
+            ("en-de", ["de"], "give --pair (one direction) or --languages (several), not both")):
+        with pytest.raises(ImportRefused) as err:
+            marian_tokenizer(multi, config, pair, languages, log=notes.append)
+        assert str(err.value) == message
 
 
 def test_cli_exit_status_and_message(tmp_path, capsys):

@@ -96,18 +96,24 @@ def _save(model: Any, out: Path, work: Path, seed: int, eos_bias: float) -> Path
 
 
 def make_marian(out: Path, size: dict[str, int] = TINY, target: str = "de", pieces: int = 200, seed: int = SEED,
-                eos_bias: float = EOS_BIAS) -> Path:
-    """An OPUS-MT-shaped en-``target`` directory: MarianMTModel + MarianTokenizer files."""
+                eos_bias: float = EOS_BIAS, targets: tuple[str, ...] = ()) -> Path:
+    """An OPUS-MT-shaped en-``target`` directory: MarianMTModel + MarianTokenizer files. With
+    ``targets``, a model with several target languages (as en-ROMANCE): a ``>>xx<<`` token per
+    target after </s> and <unk>, a target SentencePiece model over every target's text, and
+    tokenizer_config.json's target_lang "mul"."""
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     work = out / ".spm"
     work.mkdir(exist_ok=True)
     # A full-size vocabulary needs more text than the tests' sample: the Bible's
-    source_lines, target_lines = (bible_lines("en"), bible_lines(target)) if pieces > 1000 else parallel_lines(target)
+    languages = targets or (target,)
+    lines = [bible_lines(lang) if pieces > 1000 else parallel_lines(lang)[1] for lang in languages]
+    source_lines = bible_lines("en") if pieces > 1000 else parallel_lines(languages[0])[0]
+    target_lines = [line for group in lines for line in group]
     models = [train_spm(lines, work / name, pieces, bos_id=-1, eos_id=0, unk_id=1, pad_id=-1)
               for name, lines in (("source", source_lines), ("target", target_lines))]
-    vocab: dict[str, int] = {"</s>": 0, "<unk>": 1}
+    vocab: dict[str, int] = {"</s>": 0, "<unk>": 1, **{f">>{lang}<<": 2 + i for i, lang in enumerate(targets)}}
     for path in models:  # Marian's vocabulary: the union of both models' pieces
         sp = spm.SentencePieceProcessor(model_file=str(path))
         for i in range(sp.get_piece_size()):
@@ -119,7 +125,7 @@ def make_marian(out: Path, size: dict[str, int] = TINY, target: str = "de", piec
     vocab["<pad>"] = len(vocab)
     (work / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     MarianTokenizer(str(models[0]), str(models[1]), str(work / "vocab.json"), source_lang="en",
-                    target_lang=target).save_pretrained(str(out))
+                    target_lang="mul" if targets else target).save_pretrained(str(out))
     pad = vocab["<pad>"]
     config = MarianConfig(
         vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=size["d_model"],
