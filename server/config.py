@@ -31,8 +31,15 @@ INT8 = True
 
 @dataclass(frozen=True)
 class ServerConfig(Settings):
-    model: tuple[str, ...] = setting((), "a model package to serve: DIR or NAME=DIR, the directory nmt-export "
-                                         "wrote (repeatable; the first is the default model)")
+    model: tuple[str, ...] = setting((), "a model to serve: DIR or NAME=DIR, the package directory nmt-export "
+                                         "or nmt-import wrote; or a Hugging Face model, an id (owner/name, "
+                                         "owner/name@revision) or its downloaded directory, converted once into "
+                                         "--model-cache (repeatable; the first is the default model)")
+    model_cache: str = setting("", "where Hugging Face models given to --model are converted to packages, once per "
+                                   "revision; empty: $XDG_CACHE_HOME/nmt/packages (~/.cache/nmt/packages)")
+    import_languages: str = setting("", "Hugging Face models given to --model: the languages to convert them for, as "
+                                        "nmt-import --languages (NLLB: en,de,fr or en=eng_Latn,...; OPUS-MT with "
+                                        "several targets: the targets); empty: nmt-import's default")
     host: str = setting(LOCALHOST, "address to listen on: 127.0.0.1 for this machine only; 0.0.0.0 or [::] "
                                      "for every interface (in a container)")
     port: int = setting(GRPC_PORT, "gRPC port; 0 picks a free one")
@@ -225,5 +232,6 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None 
     except ConfigError as e:
         p.error(str(e))
     if not cfg.model:
-        p.error("no model: pass --model DIR, a package written by nmt-export (or set NMT_MODEL)")
+        p.error("no model: pass --model DIR, a package written by nmt-export, or --model OWNER/NAME, a Hugging Face "
+                "model id (or set NMT_MODEL)")
     return cfg

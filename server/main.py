@@ -34,6 +34,7 @@ from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.config import METRICS_PORT, ServerConfig, flag, parse_args
 from server.metrics import Metrics
+from server.model_source import default_name, package_directory
 from server.scheduler import Scheduler, SchedulerLimits
 from server.service import LoadedModel, RequestLimits, TranslatorService, tolerant
 
@@ -80,9 +81,11 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
     for spec in cfg.model:
         name, sep, directory = spec.partition("=")
         if not sep:
-            name, directory = Path(spec).name, spec
+            name, directory = default_name(spec), spec
         if name in models:
             raise ValueError(f"two models are named {name!r}; name them with NAME=DIR")
+        # A Hugging Face model id or directory: the package converted from it (once, in a child process).
+        directory = package_directory(directory, cfg.model_cache, cfg.import_languages, name)
         package = ModelPackage.load(directory)
         try:
             runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=spin,

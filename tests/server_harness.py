@@ -40,7 +40,7 @@ TEXTS = [
 
 
 class ServerThread:
-    def __init__(self, package: Path, **overrides) -> None:
+    def __init__(self, package: Path, start_timeout: float = 120, **overrides) -> None:
         # fp32 graphs (not the served default, int8): tests compare answers with fp32 engine decodes.
         self.cfg = dataclasses.replace(ServerConfig(model=(f"tiny={package}",), host="127.0.0.1", port=0,
                                                     device="cpu", threads=1, int8=False, metrics_port=0,
@@ -48,7 +48,7 @@ class ServerThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.running: RunningServer = self.call(build_server(self.cfg), timeout=120)
+        self.running: RunningServer = self.call(build_server(self.cfg), timeout=start_timeout)
         self.port = self.running.port
         self.address = f"127.0.0.1:{self.port}"
         self.channel = grpc.insecure_channel(self.address)
