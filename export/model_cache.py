@@ -136,9 +136,10 @@ def _importer() -> Callable[..., object]:
     try:
         from export.hf_import import import_directory
     except ImportError as e:  # a server install: no torch, no Transformers
-        raise ImportRefused(f"converting a Hugging Face model needs torch and Transformers ({e.name} is not "
-                            f"installed): pip install '.[export,hf]', or convert it where they are with nmt-import "
-                            f"and serve that package directory") from None
+        missing = f"{e.name} is not installed" if e.name else str(e).splitlines()[0]
+        raise ImportRefused(f"converting a Hugging Face model needs torch and Transformers ({missing}): pip install "
+                            f"'.[export,hf]', or convert it where they are with nmt-import and serve that package "
+                            f"directory") from None
     return import_directory
 
 

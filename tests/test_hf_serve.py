@@ -294,3 +294,14 @@ def test_what_model_names(directories, multi, tmp_path):
     assert not is_hugging_face(str(tmp_path / "nowhere")) and not is_hugging_face("no-slash")
     assert default_name(f"{MULTI}@main") == default_name(f"hf:{MULTI}") == "opus-mt-en-mul"
     assert default_name(str(multi.path)) == "package"
+
+
+def test_without_torch_the_conversion_says_what_to_install(monkeypatch):
+    """A server install (the server image) has no torch: converting is refused in one line."""
+    monkeypatch.delitem(sys.modules, "export.hf_import", raising=False)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(model_cache.ImportRefused) as err:
+        model_cache._importer()
+    assert str(err.value) == ("converting a Hugging Face model needs torch and Transformers (torch is not installed): "
+                              "pip install '.[export,hf]', or convert it where they are with nmt-import and serve that "
+                              "package directory")
