@@ -446,8 +446,13 @@ class AsyncTranslatorClient:
                         timeout: float | None = None, **options) -> list[Translation]:
         if not texts:
             return []
-        response = await self._unary("Translate", make_request(texts, source, target, model, **options), timeout)
-        return parse_translations(response)
+        return parse_translations(await self.translate_response(texts, source, target, model=model, timeout=timeout,
+                                                                **options))
+
+    async def translate_response(self, texts: Sequence[str], source: str, target: str, *, model: str = "",
+                                 timeout: float | None = None, **options) -> pb.TranslateResponse:
+        """As ``translate``, the server's message as it came (documents/ reads its attention)."""
+        return await self._unary("Translate", make_request(texts, source, target, model, **options), timeout)
 
     async def translate_stream(self, batches: Iterable[Sequence[str]], source: str, target: str, *,
                                model: str = "", timeout: float | None = None, **options

@@ -3,6 +3,7 @@
     nmt-translate -s en -t de "In the beginning was the Word."
     nmt-translate -s en -t de -i book.en -o book.de           # a file, one sentence a line
     nmt-translate -s en -t de -i book.en -o book.de --resume  # continue an interrupted run
+    nmt-translate -s en -t de -i report.docx -o report.de.docx  # a document, its format kept
     cat book.en | nmt-translate -s en -t de > book.de         # stdin to stdout
     nmt-translate -s en -t de --attention-png attn.png "Jesus wept."
 
@@ -20,6 +21,11 @@ case-insensitive. Exit status 3 covers failed lines of this run or of the run it
 1 (stopped: server unreachable, interrupted, the disk full) leaves OUTPUT.partial to --resume
 later. One run at a time writes an output: a run holds OUTPUT.lock (an flock, which the system
 drops when the process ends, even killed), and a second run on the same output is refused.
+
+A document (.docx, .odt, .html, .htm, .md, .srt, .vtt, by the input's extension) is translated
+whole, its structure and formatting kept, through the module the gateway's /translate_file
+uses (clients/translate_document.py, documents/); its output is written only once every
+segment is translated, and a segment the server refuses stops the run naming it.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ from clients.client import (
 )
 from clients.credentials import add_connection_arguments, connection, explain
 from clients.progress import Progress
+from clients.translate_document import DOCUMENT_EXTENSIONS, is_document, translate_document
 from engine.defaults import BEAM_SIZE
 from nmt.v1 import translator_pb2 as pb
 
@@ -465,6 +472,8 @@ def _model_limits(conn: Connection, job: FileSettings, beam_given: bool,
 
 
 def translate_file(args: argparse.Namespace, conn: Connection, job: FileSettings) -> int:
+    if is_document(args.input):
+        return _translate_document(args, conn, job)
     if args.resume and not args.output:
         raise UsageError("--resume needs -o/--output (standard output cannot be resumed)")
     if not args.output:
@@ -554,6 +563,25 @@ def _translate_file(args: argparse.Namespace, conn: Connection, job: FileSetting
     return report_failures(failures, out.errors_path if out else None)
 
 
+def _translate_document(args: argparse.Namespace, conn: Connection, job: FileSettings) -> int:
+    """A document (clients/translate_document.py), translated whole into -o (or standard output)."""
+    if args.resume:
+        raise UsageError(f"--resume continues a text file translated line by line; {args.input} is a document, "
+                         "translated whole: run the command again without --resume")
+    if job.nbest > 1:
+        raise UsageError("--nbest writes each line's hypotheses with their scores; a document takes one translation")
+    job, max_chars, max_texts = _model_limits(conn, job, args.beam is not None, args.quiet)
+    output = Path(args.output) if args.output else None
+    try:
+        with OutputLock(output) if output else contextlib.nullcontext(), _writing(output or "to standard output"):
+            translate_document(Path(args.input), output, {"connection": conn, "timeout": job.timeout}, job, max_chars,
+                               max_texts, args.quiet, _retry_notice(job.timeout))
+    except OutputError as e:
+        print(f"nmt-translate: error: {e}", file=sys.stderr)
+        return EXIT_STOPPED
+    return EXIT_OK
+
+
 def report_failures(failures: list[Failure], errors_path: Path | None) -> int:
     """The failed lines on stderr (the first 20) and the exit status: EXIT_FAILED_LINES if any."""
     if not failures:
@@ -619,7 +647,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-s", "--source", required=True, type=language, help="source language, e.g. en")
     p.add_argument("-t", "--target", required=True, type=language, help="target language, e.g. de")
     p.add_argument("-i", "--input", help="a UTF-8 file, one sentence a line; '-' is standard input (default: "
-                   "standard input, when no texts are given)")
+                   f"standard input, when no texts are given); a document ({', '.join(DOCUMENT_EXTENSIONS)}) is "
+                   "translated whole, its format kept")
     p.add_argument("-o", "--output", help="write here, atomically, into an existing folder (default: standard "
                    "output)")
     p.add_argument("--resume", action="store_true", help="continue OUTPUT.partial left by an interrupted run")

@@ -10,6 +10,7 @@ cancelled, and no file is written half translated.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -66,6 +67,18 @@ async def translate_segments(segments: Sequence[Segment], call: Call, batching: 
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return [answers[i] for i in index]  # type: ignore[misc]
+
+
+SERVER_TEXT_INDEX = re.compile(r"texts\[(\d+)\]")  # how the server names the text an error is about
+
+
+def name_segment(message: str, segments: Sequence[Segment]) -> str:
+    """The server's message about one text of a call, naming the segment instead: "texts[1]: ..."
+    becomes "paragraph 18: ..." (unchanged when it names none)."""
+    m = SERVER_TEXT_INDEX.match(message)
+    if m is None or int(m.group(1)) >= len(segments):
+        return message
+    return segments[int(m.group(1))].where + message[m.end():]
 
 
 def placed(text: str, answer: pb.Translation) -> tuple[str, Placement]:

@@ -66,7 +66,7 @@ from documents.alignment import aligned_placement, translation_alignments
 from documents.document import Document, DocumentError, Limits
 from documents.formats import EXTENSIONS, media_type, read_document
 from documents.html_text import HtmlText, TooManyTags
-from documents.translate import Batching, Call, sample, translate_segments
+from documents.translate import Batching, Call, name_segment, sample, translate_segments
 from gateway import files, langid, reference
 from gateway.config import GatewayConfig
 from gateway.version import VersionHeader
@@ -700,7 +700,7 @@ class Gateway:
             try:
                 return list((await self.up.translate(request, deadline)).translations)
             except GatewayError as e:
-                raise GatewayError(e.status, files.where(e.message, segments), e.headers) from None
+                raise GatewayError(e.status, name_segment(e.message, segments), e.headers) from None
         return call
 
     async def _document_language(self, document: Document, target: str, deadline: Deadline) -> str:

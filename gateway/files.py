@@ -115,18 +115,6 @@ def check_segments(segments: Sequence[Segment], max_chars_per_text: int, max_fil
                                      f"({max_chars_per_text})")
 
 
-SERVER_TEXT_INDEX = re.compile(r"texts\[(\d+)\]")  # how the server names the text an error is about
-
-
-def where(message: str, segments: Sequence[Segment]) -> str:
-    """The server's message about one text of a call, naming the segment instead: "texts[1]: ..."
-    becomes "paragraph 18: ..." (unchanged when it names none)."""
-    m = SERVER_TEXT_INDEX.match(message)
-    if m is None or int(m.group(1)) >= len(segments):
-        return message
-    return segments[int(m.group(1))].where + message[m.end():]
-
-
 def download_name(name: str, target: str) -> str:
     """LibreTranslate's name for the translation of ``name``: ``report.docx`` -> ``report_de.docx``,
     made safe for a file name and a header (ASCII letters, digits, ".", "_", "-")."""
