@@ -190,6 +190,7 @@ class Upstream:
         self.health = health_pb2_grpc.HealthStub(self.channel)
         self.metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._models: list[pb.ModelInfo] = []
+        self.pivots: list[pb.PivotRoute] = []  # pairs the server translates through a pivot (its ListModels)
         self._models_at = -math.inf
 
     async def close(self) -> None:
@@ -225,7 +226,12 @@ class Upstream:
         if time.monotonic() - self._models_at >= max_age:
             response = await self.call(self.translator.ListModels, pb.ListModelsRequest(), deadline)
             self._models, self._models_at = list(response.models), time.monotonic()
+            self.pivots = list(response.pivots)
         return self._models
+
+    async def pairs(self, deadline: Deadline, max_age: float = 0.0) -> dict[str, set[str]]:
+        """Each source language and the targets it is translated into, through a pivot too."""
+        return language_pairs(await self.models(deadline, max_age), self.pivots)
 
     async def route(self, source: str, target: str, deadline: Deadline) -> pb.ModelInfo | None:
         """The first model (the default first) that translates source -> target; None when none
@@ -523,7 +529,7 @@ class Gateway:
         target itself), then each group of texts of one language translated from it. A text in
         the target language, or with no language to tell (numbers, emoji, "ok"), comes back as
         it was. ``detectedLanguage`` is one object for a string, a list for a list (per text)."""
-        pairs = language_pairs(await self.up.models(deadline, MODELS_TTL))
+        pairs = await self.up.pairs(deadline, MODELS_TTL)
         sources = sorted(code for code, targets in pairs.items() if target in targets)
         if not sources:
             await self._unsupported(sorted(pairs)[0] if pairs else target, target, deadline)
@@ -564,7 +570,7 @@ class Gateway:
         p = await libre_fields(request, self.cfg.max_body_bytes)
         self.check_key(request, p.get("api_key"))
         q = _q(p)
-        pairs = language_pairs(await self.up.models(Deadline.of(request, self.cfg.timeout), MODELS_TTL))
+        pairs = await self.up.pairs(Deadline.of(request, self.cfg.timeout), MODELS_TTL)
         every = sorted(set(pairs).union(*pairs.values()))
         texts = [q] if isinstance(q, str) else q
         try:
@@ -636,7 +642,7 @@ class Gateway:
         supported", "German (de) is not available as a target language from English (en)"); nothing
         when the model list cannot be had (the default model's answer then says what is wrong)."""
         try:
-            pairs = language_pairs(await self.up.models(deadline, MODELS_TTL))
+            pairs = await self.up.pairs(deadline, MODELS_TTL)
         except GatewayError:
             return
         every = set(pairs).union(*pairs.values())
@@ -706,7 +712,7 @@ class Gateway:
     async def _document_language(self, document: Document, target: str, deadline: Deadline) -> str:
         """source "auto" of a file: the language of its text among those translated into
         ``target`` (and the target itself: a document already in it comes back as it is)."""
-        pairs = language_pairs(await self.up.models(deadline, MODELS_TTL))
+        pairs = await self.up.pairs(deadline, MODELS_TTL)
         sources = sorted(code for code, targets in pairs.items() if target in targets)
         if not sources:
             await self._unsupported(sorted(pairs)[0] if pairs else target, target, deadline)
@@ -729,7 +735,8 @@ class Gateway:
     async def languages(self, request: Request) -> Response:
         """Every language of every model, the target-only ones too (with no targets), as
         LibreTranslate lists them."""
-        return JSONResponse(libre_languages(await self.up.models(Deadline.of(request, self.cfg.timeout))))
+        models = await self.up.models(Deadline.of(request, self.cfg.timeout))
+        return JSONResponse(libre_languages(models, self.up.pivots))
 
     async def frontend_settings(self, request: Request) -> Response:
         """LibreTranslate's /frontend/settings: the character limit (the smallest model's; -1 when
@@ -739,7 +746,7 @@ class Gateway:
             models = await self.up.models(Deadline.of(request, self.cfg.timeout), MODELS_TTL)
         except GatewayError:
             models = []
-        pairs = language_pairs(models)
+        pairs = language_pairs(models, self.up.pivots if models else ())
         limits = [m.max_chars_per_text for m in models if m.max_chars_per_text]
         first = "en" if pairs.get("en") else min(pairs, default="en")
         targets = sorted(pairs.get(first, ()))
@@ -782,7 +789,8 @@ class Gateway:
             request.options.beam_size = self.beam(model, request.options.num_hypotheses)
         response = await self.up.translate(request, deadline)
         attention = request.options.return_attention
-        return {"model": response.model,
+        pivot = {"pivot": {"via": response.pivot_lang, "model": response.pivot_model}} if response.pivot_lang else {}
+        return {"model": response.model, **pivot,
                 "translations": [{"hypotheses": [_hypothesis(h, attention) for h in t.hypotheses],
                                   "segments": [{"source": s.source, "start": s.start, "end": s.end,
                                                 "hypotheses": [_hypothesis(h, attention) for h in s.hypotheses]}
@@ -795,7 +803,9 @@ class Gateway:
         return JSONResponse({"models": [{"name": m.name, "pairs": list(m.pairs), "device": m.device,
                                          "variant": m.variant, "device_resident": m.device_resident,
                                          "limits": {name: getattr(m, name) for name in limits}}
-                                        for m in models]})
+                                        for m in models],
+                             "pivots": [{"pair": r.pair, "via": r.via, "first_model": r.first_model,
+                                         "second_model": r.second_model} for r in self.up.pivots]})
 
     # ------------------------------------------------------------ health and the page
     async def healthz(self, request: Request) -> Response:
@@ -831,20 +841,21 @@ def language_name(code: str) -> str:
     return LANGUAGE_NAMES.get(code, code)
 
 
-def language_pairs(models: Sequence[pb.ModelInfo]) -> dict[str, set[str]]:
-    """Each source language of the models and the targets it is translated into."""
+def language_pairs(models: Sequence[pb.ModelInfo], pivots: Sequence[pb.PivotRoute] = ()) -> dict[str, set[str]]:
+    """Each source language of the models and the targets it is translated into, directly or
+    through a pivot (the server's ListModels names those)."""
     targets: dict[str, set[str]] = {}
-    for m in models:
-        for pair in m.pairs:
-            source, target = parse_direction(pair)
-            targets.setdefault(source, set()).add(target)
+    for pair in [*(p for m in models for p in m.pairs), *(r.pair for r in pivots)]:
+        source, target = parse_direction(pair)
+        targets.setdefault(source, set()).add(target)
     return targets
 
 
-def libre_languages(models: Sequence[pb.ModelInfo]) -> list[dict[str, Any]]:
+def libre_languages(models: Sequence[pb.ModelInfo], pivots: Sequence[pb.PivotRoute] = ()) -> list[dict[str, Any]]:
     """/languages: every language of the models' pairs, each with the targets it is translated
-    into (none for a target-only language), as LibreTranslate lists them."""
-    pairs = language_pairs(models)
+    into, directly or through a pivot (none for a target-only language), as LibreTranslate
+    lists them."""
+    pairs = language_pairs(models, pivots)
     return [{"code": code, "name": language_name(code), "targets": sorted(pairs.get(code, ()))}
             for code in sorted(set(pairs).union(*pairs.values()))]
 

@@ -41,7 +41,7 @@ from engine.placeholders import Protector, faithful, remove, restore_checked
 from engine.tokenizer import PackageTokenizer, has_letter, normalize
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
-from server import segment
+from server import pivot, segment
 from server.config import ServerConfig
 from server.metrics import Metrics
 from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, Priority, QueueFull, Scheduler, Ticket
@@ -371,6 +371,8 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 max_tokens_per_text=limits.tokens_per_sentence, max_beam_size=limits.beam,
                 max_output_tokens=limits.output_tokens, max_sentences_per_request=limits.sentences,
                 max_tokens_per_request=limits.tokens, device_resident=m.scheduler.rt.resident))
+        for way in pivot.routes({n: m.package.pairs for n, m in self.models.items()}, self.default_model):
+            out.pivots.append(pb.PivotRoute(pair=way.pair, via=way.via, first_model=way.first, second_model=way.second))
         self._observe("ListModels", grpc.StatusCode.OK, start)
         return out
 
@@ -382,22 +384,45 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         return await self._translate(request, None)
 
     async def _translate(self, request: pb.TranslateRequest, deadline: float | None) -> pb.TranslateResponse:
-        model = self._model(request.model)
         source, target = request.source_lang.strip().lower(), request.target_lang.strip().lower()  # "EN" is "en"
-        pair = f"{source}-{target}"
-        if pair not in model.package.pairs:
+        way = self._route(request.model, source, target)
+        if way.via:
+            return await self._pivoted(request, way, source, target, deadline)
+        model = self.models[way.second]
+        self._check_count(request, model)
+        options, fixed_max_len = self._options(request.options, model)
+        response = pb.TranslateResponse(model=model.name, request_id=request.request_id)
+        if not request.texts:
+            return response
+        self.metrics.texts.labels(model.name).inc(len(request.texts))
+        plans, answers = await self._run(request, model, source, target, options, fixed_max_len, deadline)
+        assemble(response, request.texts, plans, answers, max(1, options.n_best))
+        return response
+
+    def _route(self, name: str, source: str, target: str) -> pivot.Route:
+        """The model that serves the pair (the named one, else the default, else any), else a
+        route through a pivot language; INVALID_ARGUMENT naming what is served when none."""
+        model = self._model(name)
+        way = pivot.route({n: m.package.pairs for n, m in self.models.items()}, source, target, named=name,
+                          default=self.default_model)
+        if way is None:
+            pair = f"{source}-{target}"
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"language pair {shown(pair)} is not supported by model {model.name!r}; "
                                f"supported: {', '.join(model.package.pairs)}")
+        return way
+
+    def _check_count(self, request: pb.TranslateRequest, model: LoadedModel) -> None:
         n = len(request.texts)
         if n > model.limits.texts:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"texts: {n} texts in one request; the limit is {model.limits.texts}")
-        options, fixed_max_len = self._options(request.options, model)
-        response = pb.TranslateResponse(model=model.name, request_id=request.request_id)
-        if n == 0:
-            return response
-        self.metrics.texts.labels(model.name).inc(n)
+
+    async def _run(self, request: pb.TranslateRequest, model: LoadedModel, source: str, target: str,
+                   options: DecodeOptions, fixed_max_len: int | None, deadline: float | None
+                   ) -> tuple[list[list[Segment]], dict[int, list[pb.Hypothesis | None]]]:
+        """Every text's sentences and each decoded sentence's hypotheses (keyed by ``id`` of its
+        Segment; None for one that failed every check)."""
         plans = self._segments(request, model, source, target, options, fixed_max_len)
         self._check_response_fits(model, request, plans)
         work = [x for p in plans for x in p if x.job is not None]
@@ -418,16 +443,49 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             plain = [self._hypothesis(model, x, x.plain, h, o) for h in hyps] if x.plain else []
             answers[id(x)] = [a if a is not None else (plain[i] if i < len(plain) else None)
                               for i, a in enumerate(answers[id(x)])]
-        n_best = max(1, options.n_best)
-        for text, sentences in zip(request.texts, plans):
-            translation = response.translations.add()
-            for x in sentences:
-                start, end = x.span
-                seg = translation.segments.add(source=text[start:end], start=start, end=end)
-                got = answers[id(x)] if x.job is not None else [None] * n_best
-                # What no check passed, and a sentence without a letter: the sentence as it came.
-                seg.hypotheses.extend(h if h is not None else pb.Hypothesis(text=text[start:end]) for h in got)
-            translation.hypotheses.extend(whole_text(text, translation.segments))
+        return plans, answers
+
+    async def _pivoted(self, request: pb.TranslateRequest, way: pivot.Route, source: str, target: str,
+                       deadline: float | None) -> pb.TranslateResponse:
+        """Two legs: every sentence into ``way.via`` (its best hypothesis, with the request's
+        beam), then each of those on its own into the target with the request's options; the
+        answer keeps the source's sentences, with the attention of the legs composed."""
+        first, second = self.models[way.first], self.models[way.second]
+        self._check_count(request, first)
+        o1 = pb.DecodingOptions()
+        o1.CopyFrom(request.options)
+        o1.num_hypotheses, o1.return_scores = 0, False
+        o2 = pb.DecodingOptions()
+        o2.CopyFrom(request.options)
+        o2.no_sentence_split = True
+        options1, fixed1 = self._options(o1, first)
+        options2, fixed2 = self._options(o2, second)  # both legs' options checked before any work
+        response = pb.TranslateResponse(model=second.name, request_id=request.request_id, pivot_lang=way.via,
+                                        pivot_model=first.name)
+        if not request.texts:
+            return response
+        self.metrics.texts.labels(first.name).inc(len(request.texts))
+        leg1 = pb.TranslateRequest(texts=request.texts, options=o1, priority=request.priority)
+        plans, answers1 = await self._run(leg1, first, source, way.via, options1, fixed1, deadline)
+        n_best = max(1, options2.n_best)
+        # Sentences that failed every check in the first leg come back as they were sent.
+        middle = [(x, answers1[id(x)][0]) for plan in plans for x in plan
+                  if x.job is not None and answers1[id(x)][0] is not None]
+        leg2 = pb.TranslateRequest(texts=[h.text for _, h in middle], options=o2, priority=request.priority)
+        try:
+            plans2, answers2 = await self._run(leg2, second, way.via, target, options2, fixed2, deadline) \
+                if middle else ([], {})
+        except RequestError as e:
+            raise RequestError(e.code, f"through {way.via}: {e.message}") from None
+        answers: dict[int, list[pb.Hypothesis | None]] = {
+            id(x): [None] * n_best for plan in plans for x in plan if x.job is not None}
+        for (x, h1), plan2 in zip(middle, plans2):
+            if not plan2 or plan2[0].job is None:  # nothing to translate on in the pivot text
+                answers[id(x)] = [pb.Hypothesis(text=h1.text, num_tokens=h1.num_tokens, stop_reason=h1.stop_reason)
+                                  ] * n_best
+                continue
+            answers[id(x)] = [None if h2 is None else chained(h1, h2) for h2 in answers2[id(plan2[0])]]
+        assemble(response, request.texts, plans, answers, n_best)
         return response
 
     async def _decode(self, model: LoadedModel, jobs: list[Job], deadline: float | None,
@@ -630,6 +688,39 @@ class TranslatorService(pb_grpc.TranslatorServicer):
     def _observe(self, method: str, code: grpc.StatusCode, start: float) -> None:
         self.metrics.requests.labels(method, code.name).inc()
         self.metrics.latency.labels(method).observe(time.monotonic() - start)
+
+
+def assemble(response: pb.TranslateResponse, texts: Sequence[str], plans: list[list[Segment]],
+             answers: dict[int, list[pb.Hypothesis | None]], n_best: int) -> None:
+    """Every text's translation into ``response``: its sentences with their hypotheses (what
+    no check passed, and a sentence without a letter: the sentence as it came), and the whole
+    text's hypotheses from them."""
+    for text, sentences in zip(texts, plans):
+        translation = response.translations.add()
+        for x in sentences:
+            start, end = x.span
+            seg = translation.segments.add(source=text[start:end], start=start, end=end)
+            got = answers[id(x)] if x.job is not None else [None] * n_best
+            seg.hypotheses.extend(h if h is not None else pb.Hypothesis(text=text[start:end]) for h in got)
+        translation.hypotheses.extend(whole_text(text, translation.segments))
+
+
+def chained(first: pb.Hypothesis, second: pb.Hypothesis) -> pb.Hypothesis:
+    """A hypothesis through a pivot: the second leg's text, score and tokens; cut short if either
+    leg was; with attention, the source's pieces and the legs' attention composed."""
+    out = pb.Hypothesis()
+    out.CopyFrom(second)
+    if first.stop_reason == pb.STOP_REASON_LENGTH_LIMIT:
+        out.stop_reason = pb.STOP_REASON_LENGTH_LIMIT
+    if second.attention and first.attention:
+        a1 = np.asarray(first.attention, dtype=np.float32).reshape(len(first.target_pieces), len(first.source_pieces))
+        a2 = np.asarray(second.attention, dtype=np.float32).reshape(len(second.target_pieces),
+                                                                    len(second.source_pieces))
+        composed = pivot.compose_attention(a1, first.target_pieces, a2, second.source_pieces)
+        del out.source_pieces[:], out.attention[:]
+        out.source_pieces.extend(first.source_pieces)
+        out.attention.extend(composed.ravel().tolist())
+    return out
 
 
 def whole_text(text: str, segments: Sequence[pb.Segment]) -> list[pb.Hypothesis]:

@@ -77,3 +77,32 @@ def tiny_package(tmp_path_factory, tiny_checkpoint) -> Path:
     out = tmp_path_factory.mktemp("pkg") / "tiny"
     export_checkpoint(tiny_checkpoint, out, int8=True, fp16=True, log=lambda _: None)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_fr_package(tmp_path_factory) -> Path:
+    """A second tiny model, English <-> French (the copy task of ``tiny_checkpoint``, its own
+    tokenizer), exported int8: with ``tiny_package`` (English <-> German) a server holds two
+    models and translates German <-> French only through English (server/pivot.py)."""
+    from export.onnx_export import export_checkpoint
+    from training.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+    from training.train import train
+
+    d = tmp_path_factory.mktemp("corpus_fr")
+    en = [s for s in bible_sentences("4", 3000) if len(s) < 100][:1500]
+    fr = [s for s in bible_sentences("l", 3000) if len(s) < 100][:1500]
+    (d / "copy_en.tsv").write_text("".join(f"{s}\t{s}\n" for s in en))
+    (d / "copy_fr.tsv").write_text("".join(f"{s}\t{s}\n" for s in fr))
+    out = tmp_path_factory.mktemp("tiny_fr_run")
+    cfg = RunConfig(
+        model=ModelConfig(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=128, dropout=0.0,
+                          max_positions=256),
+        data=DataConfig(corpus="files", directions=("en-fr", "fr-en"), vocab_size=400, byte_fallback=False,
+                        train_files={"en-fr": str(d / "copy_en.tsv"), "fr-en": str(d / "copy_fr.tsv")}),
+        train=TrainConfig(batch_tokens=2000, max_steps=400, warmup_steps=100, log_every=100, eval_every=0,
+                          save_every=0, average_last=0, device="cpu", threads=1),
+    )
+    train(cfg, out)
+    package = tmp_path_factory.mktemp("pkg_fr") / "tiny-fr"
+    export_checkpoint(out / "checkpoints" / "step_00000400.pt", package, int8=True, log=lambda _: None)
+    return package

@@ -408,6 +408,15 @@ def test_languages_include_the_target_only_ones():
                                        {"code": "fr", "name": "French", "targets": []}]
 
 
+def test_languages_list_the_targets_a_pivot_serves():
+    models = [pb.ModelInfo(name="a", pairs=["en-de", "de-en"]), pb.ModelInfo(name="b", pairs=["en-fr", "fr-en"])]
+    pivots = [pb.PivotRoute(pair="de-fr", via="en", first_model="a", second_model="b"),
+              pb.PivotRoute(pair="fr-de", via="en", first_model="b", second_model="a")]
+    assert libre_languages(models, pivots) == [{"code": "de", "name": "German", "targets": ["en", "fr"]},
+                                               {"code": "en", "name": "English", "targets": ["de", "fr"]},
+                                               {"code": "fr", "name": "French", "targets": ["de", "en"]}]
+
+
 def test_parameters_in_the_query_string_of_a_post(server, http):
     """deep-translator sends q, source, target (and api_key) in the URL of a POST with no body."""
     expected = http.post("/translate", json={"q": "Jesus wept.", "source": "en", "target": "de"}).json()
@@ -588,7 +597,7 @@ def test_v1_models_is_list_models(server, http):
         "limits": {"max_texts_per_request": 64, "max_chars_per_text": 500, "max_tokens_per_text": m.max_tokens_per_text,
                    "max_beam_size": 8, "max_output_tokens": m.max_output_tokens,
                    "max_sentences_per_request": m.max_sentences_per_request,
-                   "max_tokens_per_request": m.max_tokens_per_request}}]}
+                   "max_tokens_per_request": m.max_tokens_per_request}}], "pivots": []}
     assert sorted(m.pairs) == ["de-en", "en-de"]
 
 

@@ -108,16 +108,20 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class TranslateResponse(_message.Message):
-    __slots__ = ("translations", "model", "request_id", "error")
+    __slots__ = ("translations", "model", "request_id", "error", "pivot_lang", "pivot_model")
     TRANSLATIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PIVOT_LANG_FIELD_NUMBER: _ClassVar[int]
+    PIVOT_MODEL_FIELD_NUMBER: _ClassVar[int]
     translations: _containers.RepeatedCompositeFieldContainer[Translation]
     model: str
     request_id: str
     error: Error
-    def __init__(self, translations: _Optional[_Iterable[_Union[Translation, _Mapping]]] = ..., model: _Optional[str] = ..., request_id: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+    pivot_lang: str
+    pivot_model: str
+    def __init__(self, translations: _Optional[_Iterable[_Union[Translation, _Mapping]]] = ..., model: _Optional[str] = ..., request_id: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., pivot_lang: _Optional[str] = ..., pivot_model: _Optional[str] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()
@@ -152,7 +156,21 @@ class ModelInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., pairs: _Optional[_Iterable[str]] = ..., device: _Optional[str] = ..., variant: _Optional[str] = ..., max_texts_per_request: _Optional[int] = ..., max_chars_per_text: _Optional[int] = ..., max_tokens_per_text: _Optional[int] = ..., max_beam_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., max_sentences_per_request: _Optional[int] = ..., max_tokens_per_request: _Optional[int] = ..., device_resident: _Optional[bool] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
-    __slots__ = ("models",)
+    __slots__ = ("models", "pivots")
     MODELS_FIELD_NUMBER: _ClassVar[int]
+    PIVOTS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
-    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+    pivots: _containers.RepeatedCompositeFieldContainer[PivotRoute]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., pivots: _Optional[_Iterable[_Union[PivotRoute, _Mapping]]] = ...) -> None: ...
+
+class PivotRoute(_message.Message):
+    __slots__ = ("pair", "via", "first_model", "second_model")
+    PAIR_FIELD_NUMBER: _ClassVar[int]
+    VIA_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MODEL_FIELD_NUMBER: _ClassVar[int]
+    SECOND_MODEL_FIELD_NUMBER: _ClassVar[int]
+    pair: str
+    via: str
+    first_model: str
+    second_model: str
+    def __init__(self, pair: _Optional[str] = ..., via: _Optional[str] = ..., first_model: _Optional[str] = ..., second_model: _Optional[str] = ...) -> None: ...
