@@ -408,3 +408,33 @@ def test_copy_button_puts_the_translation_on_the_clipboard(page, gateway):
     wait(page, lambda: text_of(by_id(page, "copied")) != "")
     assert text_of(by_id(page, "copied")) in ("Copied", "Selected: press Ctrl+C to copy")
     assert page.execute_script("return window.getSelection().toString();") == shown
+
+
+def test_a_file_translated_from_the_page(page, gateway, tmp_path):
+    """The file section (shown once /frontend/settings lists the formats): a file chosen,
+    translated by /translate_file with the languages above, and a link that downloads it under
+    LibreTranslate's name; a format none reads shows the gateway's reason."""
+    source = tmp_path / "verses.txt"
+    source.write_text(f"{SENTENCE}\n\n{TWO_SENTENCES}\n")
+    choose(page, "en", "de")
+    wait(page, lambda: by_id(page, "file-form").is_displayed())
+    assert by_id(page, "file").get_attribute("accept") == ".txt,.html,.htm,.md,.srt,.vtt,.docx,.odt"
+    by_id(page, "file").send_keys(str(source))
+    by_id(page, "translate-file").click()
+    wait(page, lambda: by_id(page, "file-link").is_displayed() or by_id(page, "error").is_displayed())
+    link = by_id(page, "file-link")
+    assert (text_of(link), link.get_attribute("download")) == ("Download verses_de.txt", "verses_de.txt")
+    with urllib.request.urlopen(link.get_attribute("href"), timeout=30) as r:
+        assert r.headers["Content-Disposition"] == 'attachment; filename="verses_de.txt"'
+        lines = r.read().decode().split("\n")
+    _, first = gateway.api("/translate", {"q": SENTENCE, "source": "en", "target": "de"})
+    _, second = gateway.api("/translate", {"q": TWO_SENTENCES, "source": "en", "target": "de"})
+    assert lines == [first["translatedText"], "", second["translatedText"], ""]
+
+    unsupported = tmp_path / "slides.pdf"
+    unsupported.write_bytes(b"%PDF-1.4")
+    by_id(page, "file").send_keys(str(unsupported))
+    by_id(page, "translate-file").click()
+    wait(page, lambda: by_id(page, "error").is_displayed())
+    assert "file format not supported (.pdf" in text_of(by_id(page, "error"))
+    assert not by_id(page, "file-link").is_displayed()

@@ -1,6 +1,6 @@
 // The gateway's page: plain JavaScript, no build step. It calls GET /languages, GET /v1/models,
 // POST /v1/translate and, for "Detect language" (source "auto"), LibreTranslate's POST /translate
-// of the gateway that serves it, and writes every piece of returned text with textContent (never
+// of the gateway that serves it, and for a file LibreTranslate's POST /translate_file, and writes every piece of returned text with textContent (never
 // as HTML).
 "use strict";
 
@@ -33,6 +33,12 @@
     hypotheses: $("hypotheses"),
     attentionSection: $("attention-section"),
     attentionMaps: $("attention-maps"),
+    fileForm: $("file-form"),
+    file: $("file"),
+    fileFormats: $("file-formats"),
+    translateFile: $("translate-file"),
+    fileStatus: $("file-status"),
+    fileLink: $("file-link"),
   };
 
   const state = {
@@ -445,6 +451,68 @@
     copyBySelecting();
   }
 
+  // ---- files ---------------------------------------------------------------------------------
+
+  // The file section shows once /frontend/settings says files can be translated, and which.
+  async function loadFileFormats() {
+    try {
+      const settings = await api("/frontend/settings");
+      if (!settings.filesTranslation || !Array.isArray(settings.supportedFilesFormat)) return;
+      el.file.accept = settings.supportedFilesFormat.join(",");
+      el.fileFormats.textContent = settings.supportedFilesFormat.join(" ");
+      el.fileForm.hidden = false;
+    } catch (e) {
+      // no file section: the text translation still works
+    }
+  }
+
+  // LibreTranslate's /translate_file with the chosen languages; the answer's URL becomes a
+  // download link named as the gateway names the file (report_de.docx).
+  async function translateFile() {
+    const file = el.file.files[0];
+    clearError();
+    el.fileLink.hidden = true;
+    if (!file) {
+      showError("Choose a file to translate.");
+      return;
+    }
+    const body = new FormData();
+    body.append("file", file);
+    body.append("source", el.source.value);
+    body.append("target", el.target.value);
+    el.translateFile.disabled = true;
+    el.fileStatus.textContent = "Translating " + file.name + "…";
+    try {
+      let response;
+      try {
+        response = await fetch("/translate_file", { method: "POST", body: body });
+      } catch (e) {
+        throw new Error("Could not reach the translation service (" + (e && e.message ? e.message : e) + ").");
+      }
+      let data = null;
+      try {
+        data = await response.json();
+      } catch (e) {
+        data = null;
+      }
+      if (!response.ok || !data || typeof data.translatedFileUrl !== "string") {
+        const message = data && typeof data.error === "string" ? data.error : response.statusText;
+        throw new Error(describeStatus(response.status) + message);
+      }
+      const name = decodeURIComponent(data.translatedFileUrl.split("/").pop()).replace(/^[0-9a-f]{32}\./, "");
+      el.fileLink.href = data.translatedFileUrl;
+      el.fileLink.download = name;
+      el.fileLink.textContent = "Download " + name;
+      el.fileLink.hidden = false;
+      el.fileStatus.textContent = "";
+    } catch (e) {
+      el.fileStatus.textContent = "";
+      showError(e.message);
+    } finally {
+      el.translateFile.disabled = false;
+    }
+  }
+
   // ---- wiring --------------------------------------------------------------------------------
 
   el.form.addEventListener("submit", (event) => {
@@ -463,6 +531,10 @@
     fillTargets(el.target.value);
   });
   el.copy.addEventListener("click", copyTranslation);
+  el.fileForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    translateFile();
+  });
   el.target.addEventListener("change", updateSwap);
   // With "Detect language", the detected language becomes the target (the button waits for one).
   el.swap.addEventListener("click", () => {
@@ -484,4 +556,5 @@
   updateCount();
   loadLanguages();
   loadLimits();
+  loadFileFormats();
 })();
