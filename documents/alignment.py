@@ -65,11 +65,15 @@ def sentence_alignment(source: str, source_at: int, translation: str, target_at:
     tgt_groups = _piece_words(list(hyp.target_pieces))
     if len(src_groups) != len(src_words) or len(tgt_groups) != len(tgt_words):
         return SentenceAlignment(src_words, tgt_words, None, None)
-    weights = np.zeros((len(tgt_groups), len(src_groups)), dtype=np.float32)
+    # weights[t, s]: the attention of target word t's pieces (averaged) over source word s's
+    # pieces (summed), as two matrix products: one pass, not a loop over word pairs.
+    source_words = np.zeros((n_src, len(src_groups)), dtype=np.float32)  # source piece -> its word
+    for s, sg in enumerate(src_groups):
+        source_words[[i + 1 for i in sg], s] = 1.0  # + 1: past the language tag
+    target_words = np.zeros((len(tgt_groups), n_tgt), dtype=np.float32)  # target word -> its pieces' mean
     for t, tg in enumerate(tgt_groups):
-        rows = attention[tg]
-        for s, sg in enumerate(src_groups):
-            weights[t, s] = rows[:, [i + 1 for i in sg]].sum(axis=1).mean()
+        target_words[t, tg] = 1.0 / len(tg)
+    weights = target_words @ attention @ source_words
     return SentenceAlignment(src_words, tgt_words, [int(x) for x in weights.argmax(axis=1)], weights)
 
 
