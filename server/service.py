@@ -385,7 +385,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
 
     async def _translate(self, request: pb.TranslateRequest, deadline: float | None) -> pb.TranslateResponse:
         source, target = request.source_lang.strip().lower(), request.target_lang.strip().lower()  # "EN" is "en"
-        way = self._route(request.model, source, target)
+        way = self.route(request.model, source, target)
         if way.via:
             return await self._pivoted(request, way, source, target, deadline)
         model = self.models[way.second]
@@ -399,7 +399,7 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         assemble(response, request.texts, plans, answers, max(1, options.n_best))
         return response
 
-    def _route(self, name: str, source: str, target: str) -> pivot.Route:
+    def route(self, name: str, source: str, target: str) -> pivot.Route:
         """The model that serves the pair (the named one, else the default, else any), else a
         route through a pivot language; INVALID_ARGUMENT naming what is served when none."""
         model = self._model(name)
