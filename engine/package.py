@@ -124,6 +124,9 @@ class ModelPackage(Manifest):
     variants: tuple[str, ...]  # graph variants present: fp32 always, int8 / fp16 optional
     resident_variants: tuple[str, ...] = ()  # variants with the device-resident step and rows graphs
     shortlist_variants: tuple[str, ...] = ()  # variants with the shortlist step graph (and shortlist.npz)
+    # model.json's checksum: it covers the sha256 of every file, so it names this exact package
+    # (the server's sentence cache keys answers by it).
+    checksum: str = ""
 
     @property
     def manifest(self) -> Manifest:
@@ -217,7 +220,8 @@ class ModelPackage(Manifest):
             raise PackageError(path, problems)
         shortlisted = _variants(files, contract.SHORTLIST_GRAPHS) if contract.SHORTLIST_FILE in files else ()
         return cls(**_manifest_values(manifest), path=path, variants=variants,
-                   resident_variants=_variants(files, contract.RESIDENT_GRAPHS), shortlist_variants=shortlisted)
+                   resident_variants=_variants(files, contract.RESIDENT_GRAPHS), shortlist_variants=shortlisted,
+                   checksum=m["checksum"])
 
 
 def tokenizer_files(kind: str) -> tuple[str, ...]:

@@ -27,6 +27,10 @@ METRICS_PORT = 9090
 # scores and the quality gate (tests/test_default_model.py) measure (within 0.21 BLEU of fp32 on
 # the shipped model). On CUDA the fp16 graphs are served when the package has them, whatever this says.
 INT8 = True
+# The sentence cache (server/cache.py): its bound in bytes, and when it is used: auto = for models
+# decoded batch-invariantly (on the CPU), where a cached answer equals a fresh one exactly.
+CACHE_BYTES = 64 * 1024 * 1024
+CACHE_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,12 @@ class ServerConfig(Settings):
     spin_threads: bool = setting(False, "CPU: let onnxruntime's threads spin waiting for work, between runs "
                                         "too. Off by default: they never spin, since gRPC's threads and the "
                                         "event loop need the cores during runs as well (engine/defaults.py)")
+    cache: str = setting("auto", "the sentence cache: a sentence sent again with the same options is answered "
+                                 "from memory. auto: on for models served on the CPU, whose answers do not depend on "
+                                 "the batch, so a cached answer equals a fresh one exactly; off on CUDA, where that "
+                                 "is not shown; on; off")
+    cache_bytes: int = setting(CACHE_BYTES, "the sentence cache's size in bytes, shared by the models (least "
+                                            "recently used out first); 0 turns it off")
     metrics_port: int = setting(METRICS_PORT, f"port of the Prometheus exporter; -1 turns it off; 0 picks a free "
                                               f"one. When the default, {METRICS_PORT}, is taken (a second "
                                               f"nmt-serve on this machine), the server starts without metrics "
@@ -141,6 +151,9 @@ class ServerConfig(Settings):
                 out.append(f"{flag('model')} {spec!r}: no directory; give NAME=DIR or DIR")
         out += one_of("device", self.device, DEVICES)
         out += one_of("device_resident", self.device_resident, RESIDENT_MODES)
+        out += one_of("cache", self.cache, CACHE_MODES)
+        if self.cache_bytes < 0:
+            out.append(f"{flag('cache_bytes')} is {self.cache_bytes}; give a size in bytes, or 0 to turn the cache off")
         out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)
         for name in ("host", "metrics_host"):
             if not getattr(self, name).strip():

@@ -32,6 +32,7 @@ from engine.package import ModelPackage, PackageError
 from engine.runtime import DeviceError, Runtime, RuntimeOptions
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
+from server import cache
 from server.config import METRICS_PORT, ServerConfig, flag, parse_args
 from server.metrics import Metrics
 from server.model_source import default_name, package_directory
@@ -102,9 +103,11 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
         protected = models[name].protector.enabled  # one Protector per model, built with its tokenizer
         metrics.model_device.labels(name, runtime.device, runtime.variant, str(runtime.resident).lower()).set(1)
         log.info("model %s: %s (%s), %s", name, package.path, ", ".join(package.pairs), placement(runtime, cfg))
-        log.debug("model %s: providers %s; caches %s; placeholders %s%s", name, ", ".join(runtime.providers),
+        log.debug("model %s: providers %s; caches %s; placeholders %s; sentence cache %s%s", name,
+                  ", ".join(runtime.providers),
                   f"resident on {runtime.device}" if runtime.resident else "in host memory",
                   "on" if protected else "off (the tokenizer has no <ph1>..<ph12>)",
+                  "on" if cache.used(cfg.cache, cfg.cache_bytes, runtime) else "off",
                   f"; CUDA not used: {runtime.fallback_reason}" if runtime.fallback_reason else "")
     return models
 

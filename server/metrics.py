@@ -37,12 +37,22 @@ class Metrics:
         self.tokens_generated = Counter("nmt_tokens_generated", "Decoder tokens generated (all beams)", registry=r)
         self.in_flight = Gauge("nmt_in_flight_sequences", "Texts being decoded", ["model"], registry=r)
         self.queued = Gauge("nmt_queued_texts", "Texts waiting to join the batch", ["model"], registry=r)
-        self.sentences = Counter("nmt_sentences", "Sentences decoded (texts after sentence splitting)", ["model"],
-                                 registry=r)
+        self.sentences = Counter("nmt_sentences", "Sentences translated (texts after sentence splitting; sentence "
+                                 "cache hits too)", ["model"], registry=r)
         # Outputs that may be cut short: a rate above a few per thousand of nmt_sentences
         # says the output-length limit is too tight for what is sent.
         self.length_limited = Counter("nmt_length_limited", "Sentences whose best hypothesis stopped at the "
                                       "output-length limit", ["model"], registry=r)
+
+        # The sentence cache (server/cache.py): its hit rate is hits / (hits + misses).
+        self.cache_hits = Counter("nmt_cache_hits", "Sentences answered without decoding them: from the sentence "
+                                  "cache, or decoded once for several", ["model"], registry=r)
+        self.cache_misses = Counter("nmt_cache_misses", "Sentences decoded with the sentence cache on (not found "
+                                    "in it)", ["model"], registry=r)
+        self.cache_shared = Counter("nmt_cache_shared", "Of the hits, sentences answered by another request's "
+                                    "decode of the same sentence in flight", ["model"], registry=r)
+        self.cache_bytes = Gauge("nmt_cache_bytes", "Bytes held by the sentence cache", registry=r)
+        self.cache_entries = Gauge("nmt_cache_entries", "Sentences held by the sentence cache", registry=r)
 
         # 1 per loaded model, labelled with where it really runs (engine/runtime.py checks the
         # providers the sessions got): a server meant for the GPU that fell back shows cpu here.

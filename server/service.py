@@ -42,6 +42,7 @@ from engine.tokenizer import PackageTokenizer, has_letter, normalize
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import pivot, segment
+from server.cache import SentenceCache, model_identity
 from server.config import ServerConfig
 from server.metrics import Metrics
 from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, Priority, QueueFull, Scheduler, Ticket
@@ -182,6 +183,7 @@ class LoadedModel:
 class TranslatorService(pb_grpc.TranslatorServicer):
     def __init__(self, models: dict[str, LoadedModel], cfg: ServerConfig, metrics: Metrics) -> None:
         self.cfg, self.metrics = cfg, metrics
+        self.cache = SentenceCache(cfg.cache_bytes, cfg.cache, metrics)
         self.draining = False
         self.stopping = False  # the drain's grace is used up: calls still running end UNAVAILABLE
         self._calls: set[asyncio.Task] = set()  # handler tasks of the translation calls being handled
@@ -490,6 +492,15 @@ class TranslatorService(pb_grpc.TranslatorServicer):
 
     async def _decode(self, model: LoadedModel, jobs: list[Job], deadline: float | None,
                       priority: Priority = Priority.INTERACTIVE) -> list[list[Hypothesis]]:
+        """Every job's hypotheses: from the sentence cache where the model uses it (server/cache.py),
+        else through the scheduler; its refusals as RequestError."""
+        if not jobs or not self.cache.used_for(model.scheduler.rt):
+            return await self._submit(model, jobs, deadline, priority)
+        return await self.cache.decode(model.name, model_identity(model.package, model.scheduler.rt), jobs,
+                                       lambda todo: self._submit(model, todo, deadline, priority), priority, deadline)
+
+    async def _submit(self, model: LoadedModel, jobs: list[Job], deadline: float | None,
+                      priority: Priority) -> list[list[Hypothesis]]:
         """Every job's hypotheses, through the scheduler (the jobs are one request for its fair
         admission); its refusals as RequestError."""
         if not jobs:

@@ -42,9 +42,11 @@ TEXTS = [
 class ServerThread:
     def __init__(self, package: Path, start_timeout: float = 120, **overrides) -> None:
         # fp32 graphs (not the served default, int8): tests compare answers with fp32 engine decodes.
+        # No sentence cache (on by default): tests make load with the same texts, watch what the
+        # scheduler is given and count what is decoded; tests/test_cache.py turns it on.
         self.cfg = dataclasses.replace(ServerConfig(model=(f"tiny={package}",), host="127.0.0.1", port=0,
                                                     device="cpu", threads=1, int8=False, metrics_port=0,
-                                                    metrics_host="127.0.0.1"), **overrides)
+                                                    metrics_host="127.0.0.1", cache="off"), **overrides)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()

@@ -49,8 +49,10 @@ LONG = "All things were made through him. Without him was not anything made that
 def start(package: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # No sentence cache: these tests make load by sending the same texts (tests/test_cache.py has it on).
     proc = subprocess.Popen([sys.executable, "-m", "server.main", "--model", f"tiny={package}", "--host", "127.0.0.1",
-                             "--port", str(port), "--metrics-port", "-1", "--threads", "1", *extra],
+                             "--port", str(port), "--metrics-port", "-1", "--threads", "1", "--cache", "off",
+                             *extra],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, port
 
