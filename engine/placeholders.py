@@ -112,6 +112,21 @@ def protect(text: str, limit: int = MAX_PROTECTED) -> Protected:
     return Protected(replaced, tuple(s.text for s in spans), at)
 
 
+def protect_terms(text: str, terms: Sequence[Span], limit: int = MAX_PROTECTED) -> Protected:
+    """``text`` with each of ``terms`` (glossary and do-not-translate matches, apart from one
+    another and from the spans of ``find_spans`` but those they hold; ``Span.text``: what the
+    placeholder stands for) replaced by a placeholder, and the spans of ``find_spans`` too when
+    all fit in ``limit``; else the terms alone (the spans stay text, and are checked). More terms
+    than ``limit``: nothing replaced (the caller places them another way)."""
+    if not terms or len(terms) > limit:
+        return Protected(text, ())
+    spans = [s for s in find_spans(text, limit=len(text)) if not any(t.start <= s.start and s.end <= t.end
+                                                                      for t in terms)]
+    chosen = sorted([*terms, *(spans if len(terms) + len(spans) <= limit else ())], key=lambda s: s.start)
+    replaced, at = _replace(text, chosen, SYMBOLS)
+    return Protected(replaced, tuple(s.text for s in chosen), at)
+
+
 _SYMBOL = re.compile(r"<ph(\d+)>")
 _AFTER_GAP = " .,;:!?)]}'\"»”’…"  # what may follow a removed symbol for the space before it to go too
 

@@ -193,6 +193,20 @@ class PackageTokenizer:
             return ids
         return self._vocab_ids(pieces)
 
+    def piece_spans(self, text: str) -> list[tuple[int, int]] | None:
+        """Where each id of ``encode(text)`` comes from: its [start, end) in ``text``, in characters
+        (a word's first piece takes the space before it); None where the ids are not one per piece
+        (a piece spelled out character by character)."""
+        pieces = self._literal.encode(text, return_type="proto").pieces
+        if self.vocab is not None and len(self._vocab_ids([p.piece for p in pieces])) != len(pieces):
+            return None
+        at = {0: 0}  # byte offset -> character offset
+        size = 0
+        for i, c in enumerate(text, start=1):
+            size += len(c.encode())
+            at[size] = i
+        return [(at.get(p.begin, 0), at.get(p.end, len(text))) for p in pieces]
+
     def _vocab_ids(self, pieces: list[str]) -> list[int]:
         """The vocabulary's ids of text pieces. A piece spelled like a reserved one (a SentencePiece
         model that learned ">>fr<<" as text, OPUS-MT's target tag) is text: spelled out character by

@@ -39,6 +39,10 @@ class ServerConfig(Settings):
                                          "or nmt-import wrote; or a Hugging Face model, an id (owner/name, "
                                          "owner/name@revision) or its downloaded directory, converted once into "
                                          "--model-cache (repeatable; the first is the default model)")
+    glossary: tuple[str, ...] = setting((), "a named glossary, NAME=FILE: a UTF-8 tab-separated file whose first line "
+                                            "names its two languages (en<TAB>de) and whose other lines are "
+                                            "SOURCE<TAB>TARGET; requests use it by glossary_name for that pair "
+                                            "(repeatable; one NAME may have a file per pair)")
     model_cache: str = setting("", "where Hugging Face models given to --model are converted to packages, once per "
                                    "revision; empty: $XDG_CACHE_HOME/nmt/packages (~/.cache/nmt/packages)")
     import_languages: str = setting("", "Hugging Face models given to --model: the languages to convert them for, as "
@@ -227,7 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     [model] = [f for f in fields(ServerConfig) if f.name == "model"]
     p.add_argument(flag("model"), action="append", metavar="[NAME=]DIR",
                    help=f"{model.metadata['help']} (default: none; ${env_name('model')})")
-    _add_flags(p, ServerConfig, env_name, skip=("model",))
+    [glossary] = [f for f in fields(ServerConfig) if f.name == "glossary"]
+    p.add_argument(flag("glossary"), action="append", metavar="NAME=FILE",
+                   help=f"{glossary.metadata['help']} (default: none; ${env_name('glossary')}, comma-separated)")
+    _add_flags(p, ServerConfig, env_name, skip=("model", "glossary"))
     return p
 
 
@@ -236,7 +243,11 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None 
     p = build_parser()
     args = p.parse_args(argv)
     try:
-        values = _values(args, ServerConfig, environ, env_name, skip=("model",))
+        values = _values(args, ServerConfig, environ, env_name, skip=("model", "glossary"))
+        if args.glossary:
+            values["glossary"] = tuple(args.glossary)
+        elif environ.get(env_name("glossary")):
+            values["glossary"] = tuple(x.strip() for x in environ[env_name("glossary")].split(",") if x.strip())
         if args.model:
             values["model"] = tuple(args.model)
         elif environ.get(env_name("model")):

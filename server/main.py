@@ -34,6 +34,7 @@ from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import cache
 from server.config import METRICS_PORT, ServerConfig, flag, parse_args
+from server.glossary import load_named
 from server.metrics import Metrics
 from server.model_source import default_name, package_directory
 from server.scheduler import Scheduler, SchedulerLimits
@@ -298,6 +299,9 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
     """Bind and start with health NOT_SERVING, load and warm up the models, then SERVING.
 
     A package that fails to load stops the server and raises (a clear start-up error)."""
+    glossaries = load_named(cfg.glossary)  # a malformed file stops the start-up before anything is bound
+    for name, pairs in glossaries.items():
+        log.info("glossary %s: %s", name, ", ".join(f"{pair} ({len(g)} terms)" for pair, g in pairs.items()))
     metrics = Metrics()
     options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
                ("grpc.max_send_message_length", cfg.max_message_bytes),
@@ -323,6 +327,7 @@ async def build_server(cfg: ServerConfig) -> RunningServer:
     for name in ("", SERVICE_NAME):
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     service = TranslatorService({}, cfg, metrics)  # answers UNAVAILABLE until the models are in
+    service.glossaries = glossaries
     pb_grpc.add_TranslatorServicer_to_server(service, server)
     reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                          reflection.SERVICE_NAME), server)

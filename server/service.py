@@ -22,13 +22,15 @@ text's rows; a model failure on one request answers INTERNAL without a traceback
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import grpc
 import numpy as np
@@ -44,8 +46,11 @@ from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server import pivot, segment
 from server.cache import SentenceCache, model_identity
 from server.config import ServerConfig
+from server.glossary import Glossary, RequestTerms, TermsError, request_terms
 from server.metrics import Metrics
 from server.scheduler import DeadlineExpired, JobCancelled, JobFailed, Priority, QueueFull, Scheduler, Ticket
+from server.terms import Aligned, aligned, expected, place, usable
+from server.terms import protect as protect_with_terms
 
 log = logging.getLogger("nmt.server")
 DEADLINE_SLACK = 0.1  # seconds: a cancellation this close to the deadline is the deadline
@@ -111,6 +116,10 @@ class Segment:
     originals: tuple[str, ...] = ()
     text: str = ""
     plain: Job | None = None
+    # Glossary and do-not-translate terms, placed by attention in the hypotheses of the job that
+    # reads them as text (``plain``, else ``job``): server/terms.py. ``text`` then has each
+    # glossary term's target in its place.
+    terms: Aligned | None = None
 
 
 class RequestError(Exception):
@@ -181,6 +190,9 @@ class LoadedModel:
 
 
 class TranslatorService(pb_grpc.TranslatorServicer):
+    # nmt-serve --glossary: name -> language pair -> glossary (server/main.py sets it before serving)
+    glossaries: Mapping[str, Mapping[str, Glossary]] = MappingProxyType({})
+
     def __init__(self, models: dict[str, LoadedModel], cfg: ServerConfig, metrics: Metrics) -> None:
         self.cfg, self.metrics = cfg, metrics
         self.cache = SentenceCache(cfg.cache_bytes, cfg.cache, metrics)
@@ -397,7 +409,8 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         if not request.texts:
             return response
         self.metrics.texts.labels(model.name).inc(len(request.texts))
-        plans, answers = await self._run(request, model, source, target, options, fixed_max_len, deadline)
+        plans, answers = await self._run(request, model, source, target, options, fixed_max_len, deadline,
+                                         self._terms(request, source, target))
         assemble(response, request.texts, plans, answers, max(1, options.n_best))
         return response
 
@@ -421,11 +434,12 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                                f"texts: {n} texts in one request; the limit is {model.limits.texts}")
 
     async def _run(self, request: pb.TranslateRequest, model: LoadedModel, source: str, target: str,
-                   options: DecodeOptions, fixed_max_len: int | None, deadline: float | None
+                   options: DecodeOptions, fixed_max_len: int | None, deadline: float | None,
+                   terms: RequestTerms | None = None
                    ) -> tuple[list[list[Segment]], dict[int, list[pb.Hypothesis | None]]]:
         """Every text's sentences and each decoded sentence's hypotheses (keyed by ``id`` of its
         Segment; None for one that failed every check)."""
-        plans = self._segments(request, model, source, target, options, fixed_max_len)
+        plans = self._segments(request, model, source, target, options, fixed_max_len, terms)
         self._check_response_fits(model, request, plans)
         work = [x for p in plans for x in p if x.job is not None]
         priority = Priority.of(request.priority)
@@ -468,14 +482,17 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             return response
         self.metrics.texts.labels(first.name).inc(len(request.texts))
         leg1 = pb.TranslateRequest(texts=request.texts, options=o1, priority=request.priority)
-        plans, answers1 = await self._run(leg1, first, source, way.via, options1, fixed1, deadline)
+        # Terms: the first leg puts each in the pivot text as the target asks for it, the second keeps it.
+        plans, answers1 = await self._run(leg1, first, source, way.via, options1, fixed1, deadline,
+                                          self._terms(request, source, target))
+        kept = RequestTerms.keeping({r for plan in plans for x in plan if x.terms for r in x.terms.replacements})
         n_best = max(1, options2.n_best)
         # Sentences that failed every check in the first leg come back as they were sent.
         middle = [(x, answers1[id(x)][0]) for plan in plans for x in plan
                   if x.job is not None and answers1[id(x)][0] is not None]
         leg2 = pb.TranslateRequest(texts=[h.text for _, h in middle], options=o2, priority=request.priority)
         try:
-            plans2, answers2 = await self._run(leg2, second, way.via, target, options2, fixed2, deadline) \
+            plans2, answers2 = await self._run(leg2, second, way.via, target, options2, fixed2, deadline, kept) \
                 if middle else ([], {})
         except RequestError as e:
             raise RequestError(e.code, f"through {way.via}: {e.message}") from None
@@ -529,8 +546,17 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             self._cancel(model, tickets)
             raise
 
+    def _terms(self, request: pb.TranslateRequest, source: str, target: str) -> RequestTerms:
+        """The request's keep spans, glossary entries and named glossary, checked (server/glossary.py)."""
+        try:
+            return request_terms(request.keep, [(e.source, e.target) for e in request.glossary],
+                                 request.glossary_name, self.glossaries, f"{source}-{target}")
+        except TermsError as e:
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
+
     def _segments(self, request: pb.TranslateRequest, model: LoadedModel, source: str, target: str,
-                   options: DecodeOptions, fixed_max_len: int | None) -> list[list[Segment]]:
+                   options: DecodeOptions, fixed_max_len: int | None, terms: RequestTerms | None = None
+                   ) -> list[list[Segment]]:
         """Every text's sentences with their jobs (none for a blank text: it comes back as it is,
         without touching the model), checked against the limits: characters per text, tokens
         per sentence, sentences and tokens per request. Each job's output bound is
@@ -554,10 +580,11 @@ class TranslatorService(pb_grpc.TranslatorServicer):
         prefix = model.package.target_prefix(target)
         plans: list[list[Segment]] = []
         total = 0
-        def job(ids: list[int], placeholders: int) -> Job:
+        def job(ids: list[int], placeholders: int, attention: bool = False) -> Job:
             limit = fixed_max_len or default_max_len(len(ids), limits.output_tokens)
-            return Job(ids, options, max_len=limit, bos=special["bos"], eos=special["eos"], pad=special["pad"],
-                       prefix=prefix, banned=model.banned[placeholders])
+            return Job(ids, dataclasses.replace(options, attention=True) if attention else options, max_len=limit,
+                       bos=special["bos"], eos=special["eos"], pad=special["pad"], prefix=prefix,
+                       banned=model.banned[placeholders])
 
         for i, (text, text_spans) in enumerate(zip(request.texts, spans)):
             plan = []
@@ -566,7 +593,10 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 if not has_letter(clean):  # "...", "!!!", "123": nothing to translate
                     plan.append(Segment((start, end), None, text=clean))
                     continue
-                protected = model.protector.protect(clean)  # the text itself when protection is off
+                found = usable(clean, terms.find(clean)) if terms else []
+                # The text itself when protection is off (and the terms are placed by attention).
+                protected = protect_with_terms(clean, found, model.protector.enabled) if found else \
+                    model.protector.protect(clean)
                 ids = model.package.source_ids(sp.encode(protected.text, protected.symbols), target, source)
                 if len(ids) > max_tokens:
                     where = f"texts[{i}]" if len(text_spans) == 1 else \
@@ -577,9 +607,10 @@ class TranslatorService(pb_grpc.TranslatorServicer):
                 plain = None
                 if protected.originals:
                     plain_ids = model.package.source_ids(sp.encode(clean), target, source)
-                    plain = job(plain_ids, 0) if len(plain_ids) <= max_tokens else None
-                plan.append(Segment((start, end), job(ids, len(protected.originals)), protected.originals, clean,
-                                    plain))
+                    plain = job(plain_ids, 0, bool(found)) if len(plain_ids) <= max_tokens else None
+                main = job(ids, len(protected.originals), bool(found) and not protected.originals)
+                placed = aligned(sp, clean, found, (plain or main).src) if found and (plain or main) else None
+                plan.append(Segment((start, end), main, protected.originals, expected(clean, found), plain, placed))
             plans.append(plan)
         if total > limits.tokens:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -644,6 +675,11 @@ class TranslatorService(pb_grpc.TranslatorServicer):
             if checked is None:
                 return None
             text = checked
+        elif x.terms is not None:  # the terms read as text: each put in place by the attention
+            placed = place(sp, x.terms, hyp, model.tokenizer.not_text)
+            if placed is None:
+                return None
+            text = placed
         # An internal symbol's text (spelled out of ordinary pieces) only where the source has it.
         text = remove(text, model.symbols, lambda m: m.group() if m.group() in x.text else None)
         if not faithful(text, x.text, spans=model.protector.enabled):
@@ -779,10 +815,11 @@ def response_bound(model: LoadedModel, request: pb.TranslateRequest, plans: list
         """One sentence's hypothesis text: a checked output holds each placeholder once, put back
         as its span; what fails every check is the sentence as it came."""
         sizes = [len(text[x.span[0]:x.span[1]].encode())]
+        terms = sum(len(s.encode()) for s in x.terms.replacements) if x.terms else 0  # placed by attention
         if x.job is not None:
-            sizes.append(x.job.max_len * piece + sum(len(s.encode()) for s in x.originals))
+            sizes.append(x.job.max_len * piece + sum(len(s.encode()) for s in x.originals) + terms)
         if x.plain is not None:
-            sizes.append(x.plain.max_len * piece)
+            sizes.append(x.plain.max_len * piece + terms)
         return max(sizes)
 
     def hypothesis(x: Segment, text: str) -> int:

@@ -24,39 +24,41 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17nmt/v1/translator.proto\x12\x06nmt.v1\"\xbb\x01\n\x0f\x44\x65\x63odingOptions\x12\x11\n\tbeam_size\x18\x01 \x01(\r\x12\x16\n\x0elength_penalty\x18\x02 \x01(\x02\x12\x19\n\x11max_output_tokens\x18\x03 \x01(\r\x12\x16\n\x0enum_hypotheses\x18\x04 \x01(\r\x12\x15\n\rreturn_scores\x18\x05 \x01(\x08\x12\x18\n\x10return_attention\x18\x06 \x01(\x08\x12\x19\n\x11no_sentence_split\x18\x07 \x01(\x08\"\xbc\x01\n\x10TranslateRequest\x12\r\n\x05texts\x18\x01 \x03(\t\x12\x13\n\x0bsource_lang\x18\x02 \x01(\t\x12\x13\n\x0btarget_lang\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12(\n\x07options\x18\x05 \x01(\x0b\x32\x17.nmt.v1.DecodingOptions\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\"\n\x08priority\x18\x07 \x01(\x0e\x32\x10.nmt.v1.Priority\"\xa7\x01\n\nHypothesis\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x15\n\rsource_pieces\x18\x03 \x03(\t\x12\x15\n\rtarget_pieces\x18\x04 \x03(\t\x12\x11\n\tattention\x18\x05 \x03(\x02\x12\x12\n\nnum_tokens\x18\x06 \x01(\r\x12\'\n\x0bstop_reason\x18\x07 \x01(\x0e\x32\x12.nmt.v1.StopReason\"]\n\x07Segment\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12\x0b\n\x03\x65nd\x18\x03 \x01(\r\x12&\n\nhypotheses\x18\x04 \x03(\x0b\x32\x12.nmt.v1.Hypothesis\"X\n\x0bTranslation\x12&\n\nhypotheses\x18\x01 \x03(\x0b\x32\x12.nmt.v1.Hypothesis\x12!\n\x08segments\x18\x02 \x03(\x0b\x32\x0f.nmt.v1.Segment\"&\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xa8\x01\n\x11TranslateResponse\x12)\n\x0ctranslations\x18\x01 \x03(\x0b\x32\x13.nmt.v1.Translation\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x1c\n\x05\x65rror\x18\x04 \x01(\x0b\x32\r.nmt.v1.Error\x12\x12\n\npivot_lang\x18\x05 \x01(\t\x12\x13\n\x0bpivot_model\x18\x06 \x01(\t\"\x13\n\x11ListModelsRequest\"\xaf\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05pairs\x18\x02 \x03(\t\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\x0f\n\x07variant\x18\x04 \x01(\t\x12\x1d\n\x15max_texts_per_request\x18\x05 \x01(\r\x12\x1a\n\x12max_chars_per_text\x18\x06 \x01(\r\x12\x1b\n\x13max_tokens_per_text\x18\x07 \x01(\r\x12\x15\n\rmax_beam_size\x18\x08 \x01(\r\x12\x19\n\x11max_output_tokens\x18\t \x01(\r\x12!\n\x19max_sentences_per_request\x18\n \x01(\r\x12\x1e\n\x16max_tokens_per_request\x18\x0b \x01(\r\x12\x17\n\x0f\x64\x65vice_resident\x18\x0c \x01(\x08\"[\n\x12ListModelsResponse\x12!\n\x06models\x18\x01 \x03(\x0b\x32\x11.nmt.v1.ModelInfo\x12\"\n\x06pivots\x18\x02 \x03(\x0b\x32\x12.nmt.v1.PivotRoute\"R\n\nPivotRoute\x12\x0c\n\x04pair\x18\x01 \x01(\t\x12\x0b\n\x03via\x18\x02 \x01(\t\x12\x13\n\x0b\x66irst_model\x18\x03 \x01(\t\x12\x14\n\x0csecond_model\x18\x04 \x01(\t*Q\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x11\n\rPRIORITY_BULK\x10\x02*h\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x1f\n\x1bSTOP_REASON_END_OF_SENTENCE\x10\x01\x12\x1c\n\x18STOP_REASON_LENGTH_LIMIT\x10\x02\x32\xdf\x01\n\nTranslator\x12@\n\tTranslate\x12\x18.nmt.v1.TranslateRequest\x1a\x19.nmt.v1.TranslateResponse\x12J\n\x0fTranslateStream\x12\x18.nmt.v1.TranslateRequest\x1a\x19.nmt.v1.TranslateResponse(\x01\x30\x01\x12\x43\n\nListModels\x12\x19.nmt.v1.ListModelsRequest\x1a\x1a.nmt.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17nmt/v1/translator.proto\x12\x06nmt.v1\"\xbb\x01\n\x0f\x44\x65\x63odingOptions\x12\x11\n\tbeam_size\x18\x01 \x01(\r\x12\x16\n\x0elength_penalty\x18\x02 \x01(\x02\x12\x19\n\x11max_output_tokens\x18\x03 \x01(\r\x12\x16\n\x0enum_hypotheses\x18\x04 \x01(\r\x12\x15\n\rreturn_scores\x18\x05 \x01(\x08\x12\x18\n\x10return_attention\x18\x06 \x01(\x08\x12\x19\n\x11no_sentence_split\x18\x07 \x01(\x08\"\x8a\x02\n\x10TranslateRequest\x12\r\n\x05texts\x18\x01 \x03(\t\x12\x13\n\x0bsource_lang\x18\x02 \x01(\t\x12\x13\n\x0btarget_lang\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12(\n\x07options\x18\x05 \x01(\x0b\x32\x17.nmt.v1.DecodingOptions\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\"\n\x08priority\x18\x07 \x01(\x0e\x32\x10.nmt.v1.Priority\x12\x0c\n\x04keep\x18\x08 \x03(\t\x12\'\n\x08glossary\x18\t \x03(\x0b\x32\x15.nmt.v1.GlossaryEntry\x12\x15\n\rglossary_name\x18\n \x01(\t\"/\n\rGlossaryEntry\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\"\xa7\x01\n\nHypothesis\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x15\n\rsource_pieces\x18\x03 \x03(\t\x12\x15\n\rtarget_pieces\x18\x04 \x03(\t\x12\x11\n\tattention\x18\x05 \x03(\x02\x12\x12\n\nnum_tokens\x18\x06 \x01(\r\x12\'\n\x0bstop_reason\x18\x07 \x01(\x0e\x32\x12.nmt.v1.StopReason\"]\n\x07Segment\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12\x0b\n\x03\x65nd\x18\x03 \x01(\r\x12&\n\nhypotheses\x18\x04 \x03(\x0b\x32\x12.nmt.v1.Hypothesis\"X\n\x0bTranslation\x12&\n\nhypotheses\x18\x01 \x03(\x0b\x32\x12.nmt.v1.Hypothesis\x12!\n\x08segments\x18\x02 \x03(\x0b\x32\x0f.nmt.v1.Segment\"&\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xa8\x01\n\x11TranslateResponse\x12)\n\x0ctranslations\x18\x01 \x03(\x0b\x32\x13.nmt.v1.Translation\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x1c\n\x05\x65rror\x18\x04 \x01(\x0b\x32\r.nmt.v1.Error\x12\x12\n\npivot_lang\x18\x05 \x01(\t\x12\x13\n\x0bpivot_model\x18\x06 \x01(\t\"\x13\n\x11ListModelsRequest\"\xaf\x02\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05pairs\x18\x02 \x03(\t\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\x0f\n\x07variant\x18\x04 \x01(\t\x12\x1d\n\x15max_texts_per_request\x18\x05 \x01(\r\x12\x1a\n\x12max_chars_per_text\x18\x06 \x01(\r\x12\x1b\n\x13max_tokens_per_text\x18\x07 \x01(\r\x12\x15\n\rmax_beam_size\x18\x08 \x01(\r\x12\x19\n\x11max_output_tokens\x18\t \x01(\r\x12!\n\x19max_sentences_per_request\x18\n \x01(\r\x12\x1e\n\x16max_tokens_per_request\x18\x0b \x01(\r\x12\x17\n\x0f\x64\x65vice_resident\x18\x0c \x01(\x08\"[\n\x12ListModelsResponse\x12!\n\x06models\x18\x01 \x03(\x0b\x32\x11.nmt.v1.ModelInfo\x12\"\n\x06pivots\x18\x02 \x03(\x0b\x32\x12.nmt.v1.PivotRoute\"R\n\nPivotRoute\x12\x0c\n\x04pair\x18\x01 \x01(\t\x12\x0b\n\x03via\x18\x02 \x01(\t\x12\x13\n\x0b\x66irst_model\x18\x03 \x01(\t\x12\x14\n\x0csecond_model\x18\x04 \x01(\t*Q\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x11\n\rPRIORITY_BULK\x10\x02*h\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x1f\n\x1bSTOP_REASON_END_OF_SENTENCE\x10\x01\x12\x1c\n\x18STOP_REASON_LENGTH_LIMIT\x10\x02\x32\xdf\x01\n\nTranslator\x12@\n\tTranslate\x12\x18.nmt.v1.TranslateRequest\x1a\x19.nmt.v1.TranslateResponse\x12J\n\x0fTranslateStream\x12\x18.nmt.v1.TranslateRequest\x1a\x19.nmt.v1.TranslateResponse(\x01\x30\x01\x12\x43\n\nListModels\x12\x19.nmt.v1.ListModelsRequest\x1a\x1a.nmt.v1.ListModelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'nmt.v1.translator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PRIORITY']._serialized_start=1486
-  _globals['_PRIORITY']._serialized_end=1567
-  _globals['_STOPREASON']._serialized_start=1569
-  _globals['_STOPREASON']._serialized_end=1673
+  _globals['_PRIORITY']._serialized_start=1613
+  _globals['_PRIORITY']._serialized_end=1694
+  _globals['_STOPREASON']._serialized_start=1696
+  _globals['_STOPREASON']._serialized_end=1800
   _globals['_DECODINGOPTIONS']._serialized_start=36
   _globals['_DECODINGOPTIONS']._serialized_end=223
   _globals['_TRANSLATEREQUEST']._serialized_start=226
-  _globals['_TRANSLATEREQUEST']._serialized_end=414
-  _globals['_HYPOTHESIS']._serialized_start=417
-  _globals['_HYPOTHESIS']._serialized_end=584
-  _globals['_SEGMENT']._serialized_start=586
-  _globals['_SEGMENT']._serialized_end=679
-  _globals['_TRANSLATION']._serialized_start=681
-  _globals['_TRANSLATION']._serialized_end=769
-  _globals['_ERROR']._serialized_start=771
-  _globals['_ERROR']._serialized_end=809
-  _globals['_TRANSLATERESPONSE']._serialized_start=812
-  _globals['_TRANSLATERESPONSE']._serialized_end=980
-  _globals['_LISTMODELSREQUEST']._serialized_start=982
-  _globals['_LISTMODELSREQUEST']._serialized_end=1001
-  _globals['_MODELINFO']._serialized_start=1004
-  _globals['_MODELINFO']._serialized_end=1307
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1309
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1400
-  _globals['_PIVOTROUTE']._serialized_start=1402
-  _globals['_PIVOTROUTE']._serialized_end=1484
-  _globals['_TRANSLATOR']._serialized_start=1676
-  _globals['_TRANSLATOR']._serialized_end=1899
+  _globals['_TRANSLATEREQUEST']._serialized_end=492
+  _globals['_GLOSSARYENTRY']._serialized_start=494
+  _globals['_GLOSSARYENTRY']._serialized_end=541
+  _globals['_HYPOTHESIS']._serialized_start=544
+  _globals['_HYPOTHESIS']._serialized_end=711
+  _globals['_SEGMENT']._serialized_start=713
+  _globals['_SEGMENT']._serialized_end=806
+  _globals['_TRANSLATION']._serialized_start=808
+  _globals['_TRANSLATION']._serialized_end=896
+  _globals['_ERROR']._serialized_start=898
+  _globals['_ERROR']._serialized_end=936
+  _globals['_TRANSLATERESPONSE']._serialized_start=939
+  _globals['_TRANSLATERESPONSE']._serialized_end=1107
+  _globals['_LISTMODELSREQUEST']._serialized_start=1109
+  _globals['_LISTMODELSREQUEST']._serialized_end=1128
+  _globals['_MODELINFO']._serialized_start=1131
+  _globals['_MODELINFO']._serialized_end=1434
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1436
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1527
+  _globals['_PIVOTROUTE']._serialized_start=1529
+  _globals['_PIVOTROUTE']._serialized_end=1611
+  _globals['_TRANSLATOR']._serialized_start=1803
+  _globals['_TRANSLATOR']._serialized_end=2026
 # @@protoc_insertion_point(module_scope)

@@ -44,7 +44,7 @@ class DecodingOptions(_message.Message):
     def __init__(self, beam_size: _Optional[int] = ..., length_penalty: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., num_hypotheses: _Optional[int] = ..., return_scores: _Optional[bool] = ..., return_attention: _Optional[bool] = ..., no_sentence_split: _Optional[bool] = ...) -> None: ...
 
 class TranslateRequest(_message.Message):
-    __slots__ = ("texts", "source_lang", "target_lang", "model", "options", "request_id", "priority")
+    __slots__ = ("texts", "source_lang", "target_lang", "model", "options", "request_id", "priority", "keep", "glossary", "glossary_name")
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_LANG_FIELD_NUMBER: _ClassVar[int]
     TARGET_LANG_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,9 @@ class TranslateRequest(_message.Message):
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    GLOSSARY_FIELD_NUMBER: _ClassVar[int]
+    GLOSSARY_NAME_FIELD_NUMBER: _ClassVar[int]
     texts: _containers.RepeatedScalarFieldContainer[str]
     source_lang: str
     target_lang: str
@@ -59,7 +62,18 @@ class TranslateRequest(_message.Message):
     options: DecodingOptions
     request_id: str
     priority: Priority
-    def __init__(self, texts: _Optional[_Iterable[str]] = ..., source_lang: _Optional[str] = ..., target_lang: _Optional[str] = ..., model: _Optional[str] = ..., options: _Optional[_Union[DecodingOptions, _Mapping]] = ..., request_id: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
+    keep: _containers.RepeatedScalarFieldContainer[str]
+    glossary: _containers.RepeatedCompositeFieldContainer[GlossaryEntry]
+    glossary_name: str
+    def __init__(self, texts: _Optional[_Iterable[str]] = ..., source_lang: _Optional[str] = ..., target_lang: _Optional[str] = ..., model: _Optional[str] = ..., options: _Optional[_Union[DecodingOptions, _Mapping]] = ..., request_id: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., keep: _Optional[_Iterable[str]] = ..., glossary: _Optional[_Iterable[_Union[GlossaryEntry, _Mapping]]] = ..., glossary_name: _Optional[str] = ...) -> None: ...
+
+class GlossaryEntry(_message.Message):
+    __slots__ = ("source", "target")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    target: str
+    def __init__(self, source: _Optional[str] = ..., target: _Optional[str] = ...) -> None: ...
 
 class Hypothesis(_message.Message):
     __slots__ = ("text", "score", "source_pieces", "target_pieces", "attention", "num_tokens", "stop_reason")
