@@ -356,3 +356,41 @@ def test_terms_over_the_limits_are_invalid_argument_with_the_exact_message(serve
     code, details = code_and_details(lambda: stub.Translate(req))
     assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "glossary_name 'acme' has no de-en glossary; it has "
                                                                  "en-de")
+
+
+# ------------------------------------------------------------------ an imported model (no placeholder symbols)
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    """A Marian-shaped model (random weights, bench/peers/hf_models.py) imported as nmt-import does."""
+    from bench.peers.hf_models import make_marian
+    from export.hf_import import import_model
+
+    root = tmp_path_factory.mktemp("marian")
+    return import_model(make_marian(root / "opus-mt-en-de"), root / "package", int8=True, log=lambda *_: None)
+
+
+def test_an_imported_model_gets_its_terms_by_attention(marian):
+    """Its tokenizer (source.spm, vocab.json) has no placeholders: every term is placed by the
+    attention. Random weights write anything, often nothing: an answer holds the forced term once,
+    or (nothing to put it on) is the sentence as it was sent; never a placeholder."""
+    from bench.peers.hf_models import parallel_lines
+
+    english, _ = parallel_lines("de")
+    texts = [t for t in english if ". " not in t.rstrip(".") and count(t.lower(), "the") >= 1][:8]
+    s = ServerThread(marian.path, model=(f"tiny={marian.path}",))
+    try:
+        model = s.running.models["tiny"]
+        assert not model.protector.enabled
+        seen: list = []
+        real = model.scheduler.submit_all
+        model.scheduler.submit_all = lambda jobs, deadline=None, **kw: seen.append(jobs) or real(jobs, deadline, **kw)
+        reply = s.stub().Translate(ask("tiny", *texts, glossary=[("the", "DAS")]), timeout=120)
+    finally:
+        s.stop()
+    assert all(j.options.attention for j in seen[0])
+    outs = [t.hypotheses[0].text for t in reply.translations]
+    placed = [o for o, text in zip(outs, texts) if o != text]
+    assert placed and all(count(o, "DAS") == count(text.lower(), "the") for o, text in zip(outs, texts) if o in placed
+                          ), outs
+    assert not any("<ph" in o for o in outs)
