@@ -11,7 +11,12 @@ translated text comes back byte for byte: tags with their attributes, comments, 
 of ``<script>`` and ``<style>``, and whitespace between blocks. A *unit* is the text between
 two constructs that are not inline tags (block tags, ``<br>``, comments, script and style):
 its text with the inline tags taken out is what is translated, when it has a letter in it,
-and each inline element is a ``Mark`` over a span of that text. In the translation, ``&``,
+and each inline element is a ``Mark`` over a span of that text. An element marked not to be
+translated (``translate="no"``, or ``class="notranslate"`` as Google's and Microsoft's
+translators read it) comes back as it was, in place: a block one is copied whole; an inline one
+stays part of its sentence's text, its text is a span the server must keep (``HtmlText.kept``,
+sent as the request's ``keep``), and the element is written as it was over that span of the
+translation (the span not found: at the place the attention gives it). In the translation, ``&``,
 ``<`` and ``>`` are escaped, and a character the source wrote as a reference (``&nbsp;``,
 ``&#8212;``) is written with the same reference again, in one pass (a reference is never
 substituted inside an escape just written).
@@ -46,6 +51,9 @@ class Mark:
     open: str
     close: str = ""
     parent: int = -1  # index of the mark it sits in, in the unit's list (-1: none)
+    # An element not to translate (translate="no"): ``open`` is the whole element as written, and
+    # it replaces the translation's copy of its text (``text[start:end]``, kept by the server).
+    kept: bool = False
 
 
 @dataclass
@@ -82,8 +90,12 @@ class HtmlText:
         scanner = _Scanner(source, max_tags)
         self.items: list[str | Unit] = scanner.items()
         self.tags = scanner.tags  # start, end and self-closing tags in the source
-        self.units = [u for u in self.items if isinstance(u, Unit) and _translatable(u.text)]
+        self.units = [u for u in self.items if isinstance(u, Unit) and _translatable(_outside_kept(u))]
         self.texts = [u.text.strip(_SPACE) for u in self.units]
+        # The text of every element not to translate inside the units (translate="no" inline): the
+        # spans the server must give back as they are (TranslateRequest.keep), each once.
+        self.kept = list(dict.fromkeys(t for u in self.units for m in u.marks if m.kept
+                                       if _translatable(t := u.text[m.start:m.end].strip(_SPACE))))
 
     def render(self, translations: Sequence[str], places: Sequence[Placement] | None = None) -> str:
         """``translations[k]`` and ``places[k]`` (default: ``proportional``) are those of ``texts[k]``."""
@@ -104,6 +116,16 @@ class HtmlText:
 
 def _translatable(text: str) -> bool:
     return any(c.isalpha() for c in text)
+
+
+def _outside_kept(unit: Unit) -> str:
+    """The unit's text but that of its elements not to translate."""
+    out, at = [], 0
+    for m in unit.marks:
+        if m.kept and m.start >= at:
+            out.append(unit.text[at:m.start])
+            at = m.end
+    return "".join(out) + unit.text[at:]
 
 
 def _render_unit(unit: Unit, translation: str, place: Placement) -> str:
@@ -127,9 +149,11 @@ def render_unit(unit: Unit, translation: str, place: Placement, escape: Escape) 
     trail = unit.text[len(unit.text.rstrip(_SPACE)):]
     # Marks in the core's coordinates (a mark in the surrounding whitespace moves to its edge).
     shift, size = len(lead), len(core)
-    marks = [Mark(min(max(m.start - shift, 0), size), min(max(m.end - shift, 0), size), m.open, m.close, m.parent)
-             for m in unit.marks]
+    marks = [Mark(min(max(m.start - shift, 0), size), min(max(m.end - shift, 0), size), m.open, m.close, m.parent,
+                  m.kept) for m in unit.marks]
     spans = place(Unit(core, marks, unit.references), translation) if marks else []
+    if any(m.kept for m in marks):
+        spans = kept_in_place(core, marks, spans, translation)
     return escape(lead, 0, len(lead)) + _nest(translation, marks, spans, escape) + escape(trail, 0, len(trail))
 
 
@@ -162,6 +186,30 @@ def _nest(text: str, marks: list[Mark], spans: list[tuple[int, int]], escape: Es
     return "".join(out)
 
 
+def kept_in_place(text: str, marks: Sequence[Mark], spans: Sequence[tuple[int, int]], translation: str
+                  ) -> list[tuple[int, int]]:
+    """``spans`` with each kept mark's over its text in the translation (the occurrence nearest
+    where the placement put it, after the kept marks before it); where that text is not in the
+    translation, or the nesting cannot hold it, an empty span where the placement put it (the
+    element is written there, and nothing of the translation is taken out)."""
+    out = list(spans)
+    after = 0
+    for i, m in enumerate(marks):
+        if not m.kept:
+            continue
+        kept = text[m.start:m.end].strip(_SPACE)
+        found = [x.start() for x in re.finditer(re.escape(kept), translation)] if kept else []
+        found = [x for x in found if x >= after]
+        if found:
+            at = min(found, key=lambda x: abs(x - spans[i][0]))
+            out[i] = (at, at + len(kept))
+            after = at + len(kept)
+        else:
+            out[i] = (spans[i][0], spans[i][0])
+    nested = nested_spans(marks, out)
+    return [n if not m.kept or n == o else (n[0], n[0]) for m, n, o in zip(marks, nested, out)]
+
+
 def nested_spans(marks: Sequence[Mark], spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """``spans`` (one per mark, in the translation) clamped so that they nest as the marks do
     in the source: each inside its parent's, each after its previous sibling's. A mark whose
@@ -172,7 +220,7 @@ def nested_spans(marks: Sequence[Mark], spans: Sequence[tuple[int, int]]) -> lis
         low, high = out[m.parent] if m.parent >= 0 else (0, 1 << 60)
         low = max(low, last_end.get(m.parent, low))
         a = min(max(a, low), high)
-        b = min(max(b, a), high) if m.close else a
+        b = min(max(b, a), high) if m.close or m.kept else a
         out.append((a, b))
         last_end[m.parent] = b
     return out
@@ -279,6 +327,11 @@ class _Scanner:
             if text >= 0:
                 self.events.append((text, "text", ""))
                 text = -1
+            if kind in ("raw", "inline") and tag and tag not in VOID and not s.startswith("/", lt + 1) \
+                    and not s.startswith("/>", end - 2) and untranslated(s[lt:end]):
+                # Not to translate: the element whole, a block one as raw text, an inline one kept.
+                kind, end = ("kept" if kind == "inline" else "raw"), self._element_end(tag, end)
+                tag = tag if kind == "kept" else ""
             self.events.append((lt, kind, tag))
             i = end
             if kind == "raw" and tag in SKIPPED and not s.startswith("/", lt + 1) and not s.startswith("/>", end - 2):
@@ -292,6 +345,27 @@ class _Scanner:
             text = i
         if text >= 0:
             self.events.append((text, "text", ""))
+
+    def _element_end(self, tag: str, i: int) -> int:
+        """Just after the end tag that closes the element ``tag`` whose start tag ends at ``i``
+        (elements of the same name nest); the end of the source when none does."""
+        s, depth = self.source, 1
+        while (lt := s.find("<", i)) >= 0:
+            end, kind, name = self._construct(lt)
+            if end < 0:
+                i = lt + 1
+                continue
+            if name == tag and s.startswith("</", lt):
+                depth -= 1
+                if depth == 0:
+                    return end
+            elif name == tag and not s.startswith("/>", end - 2):
+                depth += 1
+            elif kind == "raw" and name in SKIPPED and not s.startswith("/", lt + 1):
+                close = re.compile(rf"</{name}(?=[\t\n\f\r />]|$)", re.IGNORECASE).search(s, end)
+                end = close.start() if close else len(s)
+            i = end
+        return len(s)
 
     def _construct(self, i: int) -> tuple[int, str, str]:
         """The construct that the "<" at ``i`` starts: (its end, its kind, its tag's name); end
@@ -328,6 +402,35 @@ _SPACES = re.compile(r"[\t\n\f\r ]*+")
 _BETWEEN_ATTRIBUTES = re.compile(r"[\t\n\f\r /]*+")
 _ATTRIBUTE_NAME = re.compile(r"[^\t\n\f\r />][^\t\n\f\r />=]*+")
 _BARE_VALUE = re.compile(r"[^\t\n\f\r >]*+")
+
+
+_ATTRIBUTE = re.compile(r"""([^\t\n\f\r />=]+)(?:[\t\n\f\r ]*=[\t\n\f\r ]*(?:"([^"]*)"|'([^']*)'|([^\t\n\f\r >]*)))?""")
+
+
+def untranslated(start_tag: str) -> bool:
+    """Does the start tag mark its element not to translate: ``translate="no"`` (any case), or
+    ``notranslate`` among its classes?"""
+    name = _TAG_NAME.match(start_tag, 1)
+    if name is None:
+        return False
+    for m in _ATTRIBUTE.finditer(start_tag, name.end(), len(start_tag) - 1):
+        key, value = m.group(1).lower(), html.unescape(next((v for v in m.groups()[1:] if v is not None), ""))
+        if (key == "translate" and value.strip().lower() == "no") or \
+                (key == "class" and "notranslate" in value.lower().split()):
+            return True
+    return False
+
+
+def _element_text(element: str) -> str:
+    """The text of an element as written (start tag, content, end tag): its content's, tags out."""
+    name = _TAG_NAME.match(element, 1)
+    start = _tag_end(element, name.end()) if name else -1
+    if name is None or start < 0:
+        return ""
+    close = element.rfind("</")
+    closed = close >= start and element[close + 2:].lower().startswith(name.group().lower())
+    inner = element[start:close] if closed else element[start:]
+    return "".join(u.text for u in _Scanner(inner).items() if isinstance(u, Unit))
 
 
 def _up_to(s: str, char: str, i: int) -> int:
@@ -382,6 +485,12 @@ class _Building:
         parent = self.open[-1][3] if self.open else -1
         if kind == "text":
             text = html.unescape(piece)
+            self.text.append(text)
+            self.size += len(text)
+        elif kind == "kept":  # an element not to translate: its text is the unit's, the element kept whole
+            text = _element_text(piece)
+            self.marks.append(Mark(self.size, self.size + len(text), piece, "", parent, kept=True))
+            self.parents.append(parent)
             self.text.append(text)
             self.size += len(text)
         elif kind == "inline" and tag not in VOID:

@@ -69,6 +69,7 @@ from documents.html_text import HtmlText, TooManyTags
 from documents.translate import Batching, Call, name_segment, sample, translate_segments
 from gateway import files, langid, reference
 from gateway.config import GatewayConfig
+from gateway.terms import NO_TERMS, TERM_KEYS, Terms, TermsInvalid, terms_of
 from gateway.version import VersionHeader
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
@@ -97,7 +98,8 @@ LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "es": "Spanis
 # /v1/translate: the body's keys and the option each sets (api_key is read by the key check).
 V1_INT_OPTIONS = ("beam_size", "num_hypotheses", "max_output_tokens")
 V1_BOOL_OPTIONS = ("return_scores", "return_attention", "no_sentence_split")
-V1_KEYS = ("q", "source", "target", "model", *V1_INT_OPTIONS, "length_penalty", *V1_BOOL_OPTIONS, "api_key")
+V1_KEYS = ("q", "source", "target", "model", *V1_INT_OPTIONS, "length_penalty", *V1_BOOL_OPTIONS, *TERM_KEYS,
+           "api_key")
 UINT32_MAX = 2**32 - 1
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's --frontend-timeout: the page waits this long after typing
 MAX_JSON_DEPTH = 32  # a request body needs 2 levels (an object holding a list of strings)
@@ -517,14 +519,15 @@ class Gateway:
             raise bad_request(f"{str(fmt)[:40]} format is not supported")
         alternatives = _alternatives(p.get("alternatives", 0))
         split = _split_sentences(p.get("split_sentences"), fmt)
+        terms = _terms(p, "Invalid request: ")  # our extension: keep, glossary, glossary_name
         deadline = Deadline.of(request, self.cfg.timeout)
-        work = self._auto(q, target, fmt, alternatives, deadline, split) if source == "auto" else \
-            self._libre(q, source, target, fmt, alternatives, deadline, split)
+        work = self._auto(q, target, fmt, alternatives, deadline, split, terms) if source == "auto" else \
+            self._libre(q, source, target, fmt, alternatives, deadline, split, terms)
         result = await until_disconnected(request, work)
         return Response(status_code=CLIENT_GONE) if result is None else JSONResponse(result)
 
     async def _auto(self, q: str | list[str], target: str, fmt: str, alternatives: int,
-                    deadline: Deadline, split: str = SPLIT_ALL) -> dict[str, Any]:
+                    deadline: Deadline, split: str = SPLIT_ALL, terms: Terms = NO_TERMS) -> dict[str, Any]:
         """source "auto": each text's language, among those translated into ``target`` (and the
         target itself), then each group of texts of one language translated from it. A text in
         the target language, or with no language to tell (numbers, emoji, "ok"), comes back as
@@ -551,7 +554,7 @@ class Gateway:
                 groups.setdefault(r[0][0], []).append(i)
         for source, where in groups.items():
             answer = await self._libre([texts[i] for i in where], source, target, fmt, alternatives, deadline,
-                                       split)
+                                       split, terms)
             for n, i in enumerate(where):
                 best[i] = answer["translatedText"][n]
                 if alternatives > 0:
@@ -582,7 +585,7 @@ class Gateway:
         return JSONResponse([{"confidence": confidence, "language": code} for code, confidence in ranked])
 
     async def _libre(self, q: str | list[str], source: str, target: str, fmt: str, alternatives: int,
-                     deadline: Deadline, split: str = SPLIT_ALL) -> dict[str, Any]:
+                     deadline: Deadline, split: str = SPLIT_ALL, terms: Terms = NO_TERMS) -> dict[str, Any]:
         texts = [q] if isinstance(q, str) else q
         model = await self.up.route(source, target, deadline)
         if model is None:
@@ -605,6 +608,8 @@ class Gateway:
             request.options.beam_size = beam(1)
             request.options.return_attention = True
             documents = await asyncio.to_thread(parse_html, texts, self.cfg.max_html_tags)
+            # translate="no" inline: its text kept by the server, the element written over it.
+            terms.apply(request, (k for d in documents for k in d.kept))
             units = [u for d in documents for u in d.texts]
             places = [(d, j) for d, doc in enumerate(documents) for j in range(len(doc.texts))]
             per_call = min(max(1, model.max_texts_per_request) if model else HTML_TEXTS_PER_CALL, HTML_TEXTS_PER_CALL)
@@ -622,6 +627,7 @@ class Gateway:
             # The translation is --beam's, with or without alternatives: up to --beam - 1 of them
             # come from the same beam; more need a wider one, asked for in a second call.
             request.texts.extend(sent(t) for t in texts)
+            terms.apply(request)
             request.options.beam_size = beam(1)
             request.options.num_hypotheses = min(alternatives + 1, request.options.beam_size)
             response = await self.up.translate(request, deadline)
@@ -981,7 +987,16 @@ def _v1_request(body: dict[str, Any]) -> pb.TranslateRequest:
         if not isinstance(value, bool):
             raise bad_request(f"{name}: expected true or false, got {json.dumps(value)[:40]}")
         setattr(request.options, name, value)
+    _terms(body).apply(request)
     return request
+
+
+def _terms(p: Mapping[str, Any], prefix: str = "") -> Terms:
+    """The keep, glossary and glossary_name parameters (gateway/terms.py); 400 naming one of the wrong shape."""
+    try:
+        return terms_of(p)
+    except TermsInvalid as e:
+        raise bad_request(f"{prefix}{e}") from None
 
 
 def _hypothesis(h: pb.Hypothesis, attention: bool) -> dict[str, Any]:

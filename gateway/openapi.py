@@ -72,6 +72,20 @@ SPLIT_SENTENCES = {"type": ["string", "integer", "boolean"], "enum": ["1", "0", 
                                   "1 for text, nonewlines for html"}
 API_KEY = string("one of the gateway's keys, when it runs with --api-keys-file (also accepted as "
                  "'Authorization: Bearer KEY')")
+# Glossaries and do-not-translate spans (gateway/terms.py): /v1/translate's keys, and our extension
+# of LibreTranslate's /translate (it has none). The server checks the limits (docs/translate.md).
+TERM_FIELDS: dict[str, Schema] = {
+    "keep": {"oneOf": [array({"type": "string"}), {"type": "string"}],
+             "description": "ours: spans to give back as they are (do-not-translate; matched as whole words in any "
+                            "case), a list of strings or one string; in a form, a JSON list is read as one"},
+    "glossary": {"oneOf": [{"type": "object", "additionalProperties": {"type": "string"}},
+                           array(obj({"source": string("the term"), "target": string("its translation")},
+                                     ("source", "target"), closed=True)),
+                           {"type": "string"}],
+                 "description": "ours: terms to translate as given, {\"source term\": \"target term\"} or a list of "
+                                "{source, target} objects (in a form: that as JSON text)"},
+    "glossary_name": string("ours: a glossary the server loaded (nmt-serve --glossary NAME=FILE) for this pair"),
+}
 LIBRE_TRANSLATE_FIELDS: dict[str, Schema] = {
     "q": TEXTS,
     "source": string("the source language's code (case-insensitive), or auto to detect each text's language",
@@ -83,6 +97,7 @@ LIBRE_TRANSLATE_FIELDS: dict[str, Schema] = {
                      "description": "how many other translations to add (n-best of the same beam), a whole "
                                     "number; a negative one is read as 0; none for html"},
     "split_sentences": SPLIT_SENTENCES,
+    **TERM_FIELDS,
     "api_key": API_KEY,
 }
 STOP_REASONS = [v.name.removeprefix("STOP_REASON_") for v in pb.StopReason.DESCRIPTOR.values]  # as /v1 spells them
@@ -176,6 +191,7 @@ SCHEMAS: dict[str, Schema] = {
         "target": string("the target language's code", examples=["de"]),
         "model": string("a model's name (GET /v1/models); empty or absent: the first model serving the pair"),
         **V1_OPTIONS,
+        **TERM_FIELDS,
         "api_key": API_KEY,
     }, ("q", "source", "target"), "a JSON object; any other key is answered 400, naming it", closed=True),
     "V1TranslateResponse": obj({"model": string("the model that translated (through a pivot: the second leg's)"),

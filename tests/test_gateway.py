@@ -567,7 +567,8 @@ def test_v1_translate_refuses_what_it_does_not_know(http):
     cases = [
         ({**base, "beam": 4, "foo": 1}, "unknown keys: 'beam', 'foo'; known: q, source, target, model, beam_size, "
                                         "num_hypotheses, max_output_tokens, length_penalty, return_scores, "
-                                        "return_attention, no_sentence_split, api_key"),
+                                        "return_attention, no_sentence_split, keep, glossary, glossary_name, "
+                                        "api_key"),
         ({k: v for k, v in base.items() if k != "q"}, "missing q: give a string or a list of strings"),
         ({**base, "q": 5}, "q: expected a string or a list of strings"),
         ({**base, "source": ""}, "missing source: expected a language code such as en"),
