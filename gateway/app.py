@@ -18,6 +18,7 @@ Endpoints:
     GET  /readyz        200 while the gRPC server's health check says SERVING, else 503
     GET  /, /static/... the web page (gateway/static/)
     GET  /spec, /docs   this API as an OpenAPI document and as a page (gateway/openapi.py, reference.py)
+    GET  /metrics       Prometheus: each API key's requests, characters and refusals (--metrics)
 
 Every error is ``{"error": "message"}`` with the status LibreTranslate uses: 400 for a bad
 request (LibreTranslate's words where it has them: "xx is not supported", "request (600)
@@ -25,7 +26,8 @@ exceeds text limit (500)", a missing API key; otherwise the server's INVALID_ARG
 passes through; with format=html it names the paragraph it is about, "q, paragraph 18", and a
 request holding more tags than --max-html-tags is refused before any is translated), 403 for
 a wrong API key, 413 for a body over --max-body-bytes, 429 while the server is saturated
-(RESOURCE_EXHAUSTED, with Retry-After), 503 while it cannot be reached or is shutting down
+(RESOURCE_EXHAUSTED, with Retry-After) or a key is over its limits ("Slowdown: ...", with
+Retry-After: gateway/keys.py), 503 while it cannot be reached or is shutting down
 (UNAVAILABLE, with Retry-After), 504 when the deadline passes, 500 for anything else. The
 deadline of every gRPC call is the request's (--timeout, lowered by an X-Timeout-Seconds
 header), and a client that disconnects cancels its gRPC call, so the server frees its rows.
@@ -36,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 import json
 import logging
 import math
@@ -69,6 +70,8 @@ from documents.html_text import HtmlText, TooManyTags
 from documents.translate import Batching, Call, name_segment, sample, translate_segments
 from gateway import files, langid, reference
 from gateway.config import GatewayConfig
+from gateway.keys import ApiKey, KeyRing, Refused, Usage
+from gateway.metrics import Exporter
 from gateway.terms import NO_TERMS, TERM_KEYS, Terms, TermsInvalid, terms_of
 from gateway.version import VersionHeader
 from nmt.v1 import translator_pb2 as pb
@@ -459,8 +462,11 @@ def in_document(error: GatewayError, places: Sequence[tuple[int, int]], listed: 
 class Gateway:
     """The endpoints; ``upstream`` is set by the lifespan."""
 
-    def __init__(self, cfg: GatewayConfig, api_keys: frozenset[str], grpc_token: str) -> None:
-        self.cfg, self.api_keys, self.grpc_token = cfg, api_keys, grpc_token
+    def __init__(self, cfg: GatewayConfig, api_keys: Sequence[ApiKey], grpc_token: str, metrics_token: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg, self.grpc_token = cfg, grpc_token
+        self.exporter = Exporter(cfg.metrics, metrics_token)
+        self.keys = KeyRing(api_keys, clock, Usage(self.exporter.registry))  # what each key may send (gateway/keys.py)
         self.upstream: Upstream | None = None
         self.store: files.FileStore  # translated files for /download_file, made by the lifespan
 
@@ -484,23 +490,34 @@ class Gateway:
         assert self.upstream is not None, "the app's lifespan makes the channel"
         return self.upstream
 
-    def check_key(self, request: Request, given: Any) -> None:
+    def check_key(self, request: Request, given: Any) -> ApiKey | None:
         """When keys are configured, the request must carry one: as api_key wherever LibreTranslate
         takes it (the JSON body, the form, the query string: the caller passes what it read) or as
         'Authorization: Bearer KEY' (the scheme in any case). As LibreTranslate answers: a missing
         key is 400 "Please contact the server operator to get an API key", a wrong one 403 "Invalid
-        API key". The access log masks a key in the URL (gateway.main.MaskKeys)."""
-        if not self.api_keys:
-            return
+        API key". The access log masks a key in the URL (gateway.main.MaskKeys). The key found (None
+        when none is needed), for ``spend``."""
+        if not self.keys:
+            return None
         if given is None or given == "":
             scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
             given = token.strip() if scheme.lower() == "bearer" else None
         if given is None or given == "":
             raise GatewayError(400, KEY_MISSING)
-        key = str(given).encode()
-        # Every key is compared, in constant time: no timing tells how much of a key was right.
-        if not any([hmac.compare_digest(key, k.encode()) for k in self.api_keys]):
+        key = self.keys.find(str(given))
+        if key is None:
             raise GatewayError(403, "Invalid API key")
+        return key
+
+    def spend(self, key: ApiKey | None, chars: int) -> None:
+        """One request and ``chars`` characters of ``key``'s limits, or its 429 (Retry-After) or 400."""
+        if key is None:
+            return
+        try:
+            self.keys.spend(key, chars)
+        except Refused as e:
+            raise GatewayError(e.status, e.message, {"Retry-After": str(e.retry_after)} if e.retry_after else None
+                               ) from None
 
     def beam(self, model: pb.ModelInfo | None, hypotheses: int = 1) -> int:
         """The beam of a request that names none: --beam, or more for more hypotheses; at most
@@ -511,8 +528,9 @@ class Gateway:
     # ------------------------------------------------------------ LibreTranslate's API
     async def translate(self, request: Request) -> Response:
         p = await libre_fields(request, self.cfg.max_body_bytes)
-        self.check_key(request, p.get("api_key"))
+        key = self.check_key(request, p.get("api_key"))
         q = _q(p)
+        self.spend(key, characters(q))
         source, target = (_language(p.get(name), name) for name in ("source", "target"))
         fmt = p.get("format") or "text"
         if fmt not in ("text", "html"):
@@ -571,8 +589,9 @@ class Gateway:
         list, as LibreTranslate's); a text with no language to tell gives LibreTranslate's
         ``[{"confidence": 0.0, "language": "en"}]`` (or the models' first language without English)."""
         p = await libre_fields(request, self.cfg.max_body_bytes)
-        self.check_key(request, p.get("api_key"))
+        key = self.check_key(request, p.get("api_key"))
         q = _q(p)
+        self.spend(key, characters(q))
         pairs = await self.up.pairs(Deadline.of(request, self.cfg.timeout), MODELS_TTL)
         every = sorted(set(pairs).union(*pairs.values()))
         texts = [q] if isinstance(q, str) else q
@@ -663,24 +682,26 @@ class Gateway:
     async def translate_file(self, request: Request) -> Response:
         """A document translated whole (documents/), stored for /download_file; its URL."""
         form = await files.read_form(request)
-        self.check_key(request, form.fields.get("api_key"))
+        key = self.check_key(request, form.fields.get("api_key"))
         try:
             upload = await files.upload(form, self.cfg.max_file_bytes)
         except files.FileError as e:
             raise GatewayError(e.status, e.message) from None
         source, target = (_language(upload.fields.get(name), name) for name in ("source", "target"))
         deadline = Deadline.of(request, self.cfg.file_timeout)
-        stored = await until_disconnected(request, self._translate_file(upload, source, target, deadline))
+        stored = await until_disconnected(request, self._translate_file(upload, source, target, deadline, key))
         if stored is None:
             return Response(status_code=CLIENT_GONE)
         return JSONResponse({"translatedFileUrl": str(request.url_for("download_file", name=stored))})
 
-    async def _translate_file(self, upload: files.Upload, source: str, target: str, deadline: Deadline) -> str:
+    async def _translate_file(self, upload: files.Upload, source: str, target: str, deadline: Deadline,
+                              key: ApiKey | None = None) -> str:
         try:
             document = await asyncio.to_thread(read_document, upload.name, upload.data,
                                                Limits(max_bytes=self.cfg.max_file_bytes))
         except DocumentError as e:
             raise bad_request(f"Invalid request: {e}") from None
+        self.spend(key, sum(len(s.text) for s in document.segments))  # the document's characters to translate
         data = upload.data
         auto = source == "auto"
         if auto:
@@ -760,8 +781,8 @@ class Gateway:
         return JSONResponse({
             "charLimit": min(limits) if limits else -1,
             "frontendTimeout": FRONTEND_TIMEOUT_MS,
-            "apiKeys": bool(self.api_keys),
-            "keyRequired": bool(self.api_keys),
+            "apiKeys": bool(self.keys),
+            "keyRequired": bool(self.keys),
             "suggestions": False,
             "filesTranslation": True,
             "supportedFilesFormat": list(EXTENSIONS),
@@ -775,8 +796,9 @@ class Gateway:
         unknown = [k for k in body if k not in V1_KEYS]
         if unknown:
             raise bad_request(f"unknown keys: {', '.join(repr(k)[:60] for k in unknown)}; known: {', '.join(V1_KEYS)}")
-        self.check_key(request, body.get("api_key") or request.query_params.get("api_key"))
+        key = self.check_key(request, body.get("api_key") or request.query_params.get("api_key"))
         translate = _v1_request(body)
+        self.spend(key, sum(len(t) for t in translate.texts))
         deadline = Deadline.of(request, self.cfg.timeout)
         result = await until_disconnected(request, self._v1(translate, deadline))
         return Response(status_code=CLIENT_GONE) if result is None else JSONResponse(result)
@@ -916,6 +938,12 @@ def join_wrapped_lines(text: str) -> str:
     return "".join(out)
 
 
+def characters(q: str | list[str]) -> int:
+    """What a key's character limits count of q, as LibreTranslate counts it: its length, or its
+    texts' lengths together."""
+    return len(q) if isinstance(q, str) else sum(len(t) for t in q)
+
+
 def _q(p: dict) -> str | list[str]:
     """LibreTranslate's ``q``: a non-empty string or list of strings, else its 400."""
     q = p.get("q")
@@ -1052,8 +1080,10 @@ def guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Req
     return run
 
 
-def create_app(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_token: str = "") -> Starlette:
-    gateway = Gateway(cfg, api_keys, grpc_token)
+def create_app(cfg: GatewayConfig, api_keys: Sequence[ApiKey] = (), grpc_token: str = "", metrics_token: str = "",
+               clock: Callable[[], float] = time.monotonic) -> Starlette:
+    """The application; ``clock`` times the keys' limits (tests give their own)."""
+    gateway = Gateway(cfg, api_keys, grpc_token, metrics_token, clock)
     routes = [
         Route("/translate", guarded(gateway.translate), methods=["POST"]),
         Route("/languages", guarded(gateway.languages), methods=["GET"]),
@@ -1070,6 +1100,7 @@ def create_app(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_
         Mount("/static", StaticFiles(directory=STATIC_DIR, check_dir=False), name="static"),
         Route("/spec", guarded(reference.spec), methods=["GET"]),  # every route is in gateway/openapi.py
         Route("/docs", guarded(reference.docs), methods=["GET"]),
+        Route("/metrics", guarded(gateway.exporter.endpoint), methods=["GET"]),  # gateway/metrics.py
     ]
     middleware = [Middleware(VersionHeader), Middleware(HostCheck, cfg.host_names())]
     if origins := cfg.cors_origin_list():

@@ -1,9 +1,10 @@
 """Gateway configuration: one frozen dataclass, set by flags or by the same names as
 environment variables (``--api-keys-file`` <-> ``NMT_HTTP_API_KEYS_FILE``); flags win.
 
-The secrets the settings name (the API keys, the gRPC bearer token) are read from their files
-by ``api_keys()`` and ``grpc_token()``; ``parse_args`` reads them once, so that a file that is
-missing, unreadable or empty stops the gateway at start-up with one line and exit status 2.
+The secrets the settings name (the API keys with their limits, the gRPC bearer token, the
+metrics token) are read from their files by ``api_keys()``, ``grpc_token()`` and
+``metrics_token()``; ``parse_args`` reads them once, so that a file that is missing,
+unreadable, empty or malformed stops the gateway at start-up with one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, settin
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
 from engine.defaults import BEAM_SIZE
+from gateway.keys import ApiKey, parse_keys
 
 ENV_PREFIX = "NMT_HTTP_"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -42,8 +44,11 @@ class GatewayConfig(Settings):
                                      "or [::] for every interface (in a container)")
     port: int = setting(5000, "HTTP port (LibreTranslate's); 0 picks a free one")
     api_keys_file: str = setting("", "a file of API keys, one per line (blank lines and lines starting with # "
-                                     "are ignored): /translate, /detect and /v1/translate then need one of them "
-                                     "as api_key (body, query string or 'Authorization: Bearer KEY'); without a "
+                                     "are ignored), or TOML with a [keys.NAME] table per key giving its key and "
+                                     "any of requests_per_minute, requests_per_day, chars_per_minute, "
+                                     "chars_per_day (gateway/keys.py): /translate, /detect, /translate_file and "
+                                     "/v1/translate then need one of them as api_key (body, query string or "
+                                     "'Authorization: Bearer KEY'), and a key over a limit gets 429; without a "
                                      "file no key is needed")
     grpc_token_file: str = setting("", "the bearer token of a server started with --auth-token-file, read from "
                                        "this file (surrounding whitespace ignored) and sent as 'authorization: "
@@ -80,6 +85,11 @@ class GatewayConfig(Settings):
     files_dir: str = setting("", "the folder of translated files waiting for /download_file; none: a private "
                                  "folder made at start and removed at exit")
     files_ttl: float = setting(1800.0, "seconds a translated file can be downloaded; older ones are removed")
+    metrics: bool = setting(False, "serve Prometheus metrics at /metrics: requests, characters and refusals per "
+                                   "API key, labelled by the key's name (never the key), as LibreTranslate's "
+                                   "--metrics")
+    metrics_token_file: str = setting("", "with --metrics: /metrics then needs 'Authorization: Bearer TOKEN' with "
+                                          "the token this file holds (LibreTranslate's --metrics-auth-token)")
     log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
 
     def problems(self) -> list[str]:
@@ -110,6 +120,8 @@ class GatewayConfig(Settings):
         for name in ("file_timeout", "files_ttl"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 out.append(f"{flag(name)} is {getattr(self, name)}; it must be a number of seconds above 0")
+        if self.metrics_token_file and not self.metrics:
+            out.append(f"{flag('metrics_token_file')} guards /metrics, which is off: add {flag('metrics')}")
         out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)
         return out
 
@@ -123,12 +135,11 @@ class GatewayConfig(Settings):
         names = frozenset(h.strip().lower().strip("[]") for h in self.allowed_hosts.split(",") if h.strip())
         return None if "*" in names else names
 
-    def api_keys(self) -> frozenset[str]:
-        """The keys a translation request must carry one of; empty: no key needed."""
+    def api_keys(self) -> tuple[ApiKey, ...]:
+        """The keys a translation request must carry one of, with their limits; none: no key needed."""
         if not self.api_keys_file:
-            return frozenset()
-        keys = frozenset(line.strip() for line in _read(self.api_keys_file, "api_keys_file").splitlines()
-                         if line.strip() and not line.strip().startswith("#"))
+            return ()
+        keys = parse_keys(_read(self.api_keys_file, "api_keys_file"), f"{flag('api_keys_file')}: {self.api_keys_file}")
         if not keys:
             raise ConfigError(f"{flag('api_keys_file')}: {self.api_keys_file} holds no key; put one key per line "
                               f"(or leave {flag('api_keys_file')} out to need none)")
@@ -138,10 +149,11 @@ class GatewayConfig(Settings):
         """The bearer token to send the gRPC server ("" = none)."""
         if not self.grpc_token_file:
             return ""
-        token = _read(self.grpc_token_file, "grpc_token_file").strip()
-        if not token or "\n" in token:
-            raise ConfigError(f"{flag('grpc_token_file')}: {self.grpc_token_file} must hold the token on one line")
-        return token
+        return _token(self.grpc_token_file, "grpc_token_file")
+
+    def metrics_token(self) -> str:
+        """The bearer token /metrics needs ("" = none)."""
+        return _token(self.metrics_token_file, "metrics_token_file") if self.metrics_token_file else ""
 
 
 def env_name(field_name: str) -> str:
@@ -154,6 +166,13 @@ def _has_port(address: str) -> bool:
         return True
     _, sep, port = address.rpartition(":")
     return bool(sep) and port.isdigit() and 1 <= int(port) <= 65535
+
+
+def _token(path: str, field_name: str) -> str:
+    token = _read(path, field_name).strip()
+    if not token or "\n" in token:
+        raise ConfigError(f"{flag(field_name)}: {path} must hold the token on one line")
+    return token
 
 
 def _read(path: str, field_name: str) -> str:
@@ -195,6 +214,7 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None 
         cfg = GatewayConfig(**_values(args, GatewayConfig, environ, env_name))
         cfg.api_keys()
         cfg.grpc_token()
+        cfg.metrics_token()
     except ConfigError as e:
         p.error(str(e))
     return cfg

@@ -18,6 +18,8 @@ import resource
 import signal
 import socket
 import sys
+import time
+from collections.abc import Callable, Sequence
 
 import uvicorn
 
@@ -25,6 +27,7 @@ from cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail
 from gateway.app import create_app
 from gateway.config import ConfigError, GatewayConfig, parse_args
 from gateway.connections import AcceptErrors, ConnectionGuard, protocol_class
+from gateway.keys import ApiKey
 
 log = logging.getLogger("nmt.http")
 FD_HEADROOM = 64  # file descriptors kept beyond --max-connections: the gRPC channel, logs, the listening socket
@@ -88,9 +91,11 @@ def cannot_listen(host: str, port: int, error: OSError) -> str:
     return f"{head}: {error.strerror or error}"
 
 
-def server(cfg: GatewayConfig, api_keys: frozenset[str] = frozenset(), grpc_token: str = "") -> uvicorn.Server:
-    """The uvicorn server of the gateway (run it with ``.run(sockets=[listen(...)])``)."""
-    app = create_app(cfg, api_keys, grpc_token)
+def server(cfg: GatewayConfig, api_keys: Sequence[ApiKey] = (), grpc_token: str = "", metrics_token: str = "",
+           clock: Callable[[], float] = time.monotonic) -> uvicorn.Server:
+    """The uvicorn server of the gateway (run it with ``.run(sockets=[listen(...)])``); ``clock``
+    times the keys' limits."""
+    app = create_app(cfg, api_keys, grpc_token, metrics_token, clock)
     guard = ConnectionGuard(cfg.max_connections, cfg.header_seconds, cfg.body_seconds)
     app.state.connections = guard
     for name in ("uvicorn.access", "uvicorn.error", "nmt.http"):
@@ -107,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     try:
-        keys, token = cfg.api_keys(), cfg.grpc_token()  # read again: parse_args checked them
+        keys, token, metrics_token = cfg.api_keys(), cfg.grpc_token(), cfg.metrics_token()  # parse_args checked them
     except ConfigError as e:
         return fail("nmt-http", str(e), EXIT_USAGE)
-    log.info("configuration: %s (%d API keys)", json.dumps(dataclasses.asdict(cfg), sort_keys=True),
-             len(keys))
+    log.info("configuration: %s (%d API keys, %d with limits)", json.dumps(dataclasses.asdict(cfg), sort_keys=True),
+             len(keys), sum(1 for k in keys if k.limits.buckets()))
     files = raise_file_limit(cfg.max_connections + FD_HEADROOM)
     if files < cfg.max_connections + FD_HEADROOM:
         log.warning("this process may open %d files: fewer than --max-connections %d needs (%d); lower it or raise "
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail("nmt-http", cannot_listen(cfg.host, cfg.port, e), EXIT_USAGE)
     host, port = sock.getsockname()[:2]
     log.info("serving HTTP on %s:%d", host, port)
-    s = server(cfg, keys, token)
+    s = server(cfg, keys, token, metrics_token)
     # uvicorn handles SIGTERM and SIGINT while it runs (a graceful shutdown), then restores these
     # handlers and raises the signal again: a SIGTERM then ends the process with status 0, as
     # nmt-serve's does, instead of being killed by it (status -15); a SIGINT is a KeyboardInterrupt.

@@ -246,13 +246,16 @@ LIBRE_QUERY = [query("q", {"type": "string"}, "the text; given more than once, a
 RESPONSES: dict[str, dict[str, Any]] = {
     "400": {"description": "a bad request: a missing or wrong parameter, an unknown language or pair, a text over "
                            "a limit, malformed JSON, a bad X-Timeout-Seconds, a Host not in --allowed-hosts, or a "
-                           "missing API key ('Please contact the server operator to get an API key')"},
+                           "missing API key ('Please contact the server operator to get an API key'), or more "
+                           "characters than the key may send in a whole minute or day"},
+    "401": {"description": "/metrics without the token of --metrics-token-file ('Invalid authentication token')"},
     "403": {"description": "a wrong API key ('Invalid API key')"},
     "408": {"description": "the body did not arrive within --body-seconds"},
     "404": {"description": "not found"},
     "413": {"description": "a body over --max-body-bytes"},
-    "429": {"description": "the translation server is saturated (its queue is full); try again",
-            "retry": True},
+    "429": {"description": "the translation server is saturated (its queue is full: 'server busy: ...'), or the API "
+                           "key is over one of its limits of --api-keys-file ('Slowdown: ...'); try again after "
+                           "Retry-After seconds", "retry": True},
     "500": {"description": "anything else (never with a traceback)"},
     "503": {"description": "the translation server cannot be reached or is shutting down, or the gateway is at "
                            "--max-connections", "retry": True},
@@ -309,7 +312,7 @@ PATHS: dict[str, dict[str, Any]] = {
         "security": KEYED,
         "requestBody": libre_body("DetectRequest", "the parameters (they may be in the query string instead)"),
         "responses": answers(json_ok("the candidates, best first", array(ref("Detection"))),
-                             "400", "403", "408", "413", "500", "503", "504")}},
+                             "400", "403", "408", "413", "429", "500", "503", "504")}},
     "/translate_file": {"post": {
         "tags": ["LibreTranslate"], "operationId": "translateFile", "summary": "Translate a document",
         "description": "LibreTranslate's call: a multipart form with the file (.txt, .html, .htm, .md, .srt, .vtt, "
@@ -381,6 +384,13 @@ PATHS: dict[str, dict[str, Any]] = {
                         "description": "a file of gateway/static/, such as app.js"}],
         "responses": answers({"description": "the file", "content": {"*/*": {"schema": {"type": "string"}}}},
                              "404")}},
+    "/metrics": {"get": {
+        "tags": ["Operations"], "operationId": "metrics", "summary": "Prometheus metrics",
+        "description": "With --metrics (LibreTranslate's): each API key's requests, characters and refusals by limit "
+                       "(nmt_http_key_*), labelled by the key's name in --api-keys-file or a short hash, never the "
+                       "key. With --metrics-token-file, only for 'Authorization: Bearer TOKEN'.",
+        "responses": answers({"description": "Prometheus's text format",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}, "401", "404")}},
     "/spec": {"get": {
         "tags": ["Reference"], "operationId": "spec", "summary": "This API as an OpenAPI document",
         "description": "This document (OpenAPI 3.1, JSON), as LibreTranslate serves its own at /spec.",
@@ -407,7 +417,7 @@ def document() -> dict[str, Any]:
                  "license": {"name": "MIT", "identifier": "MIT"}},
         "tags": [{"name": "LibreTranslate", "description": "LibreTranslate's API, as its clients use it"},
                  {"name": "JSON API", "description": "what LibreTranslate's API cannot express"},
-                 {"name": "Operations", "description": "liveness and readiness probes"},
+                 {"name": "Operations", "description": "liveness and readiness probes, metrics"},
                  {"name": "Page", "description": "the web page"},
                  {"name": "Reference", "description": "this document"}],
         "paths": _copy(PATHS),

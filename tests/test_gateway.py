@@ -693,11 +693,12 @@ def test_api_keys_are_needed_when_configured(server, tmp_path):
 
 def test_a_key_in_the_url_is_taken_and_never_logged_and_the_header_is_taken(server, tmp_path, caplog):
     """LibreTranslate reads api_key from the query string too, and clients send it there
-    (deep-translator puts every parameter in a POST's URL): taken, and masked in every log line."""
-    keys = tmp_path / "keys"
-    keys.write_text("k-alice\n")
-    cfg = parse_args(["--grpc-address", server.address, "--api-keys-file", str(keys)], {})
-    g = GatewayThread(cfg, cfg.api_keys())
+    (deep-translator puts every parameter in a POST's URL): taken, and masked in every log line,
+    a refusal by its limits too (a keys file with limits, on a clock that stands still)."""
+    keys = tmp_path / "keys.toml"
+    keys.write_text("[keys.alice]\nkey = 'k-alice'\nrequests_per_minute = 7\n")
+    cfg = parse_args(["--grpc-address", server.address, "--api-keys-file", str(keys), "--metrics"], {})
+    g = GatewayThread(cfg, cfg.api_keys(), clock=lambda: 0.0)
     body = {"q": "Jesus wept.", "source": "en", "target": "de"}
     caplog.set_level(logging.INFO)
     try:
@@ -718,10 +719,14 @@ def test_a_key_in_the_url_is_taken_and_never_logged_and_the_header_is_taken(serv
         r = g.client.post("/translate", json=body, headers={"authorization": "Bearer k-eve"})
         assert (r.status_code, r.json()) == (403, {"error": "Invalid API key"})
         assert g.client.post("/v1/translate", json=body, headers={"authorization": "bearer k-alice"}).status_code == 200
+        r = g.client.post("/translate?api_key=k-alice", json=body)  # the eighth of 7 a minute
+        assert r.status_code == 429 and r.json()["error"].startswith("Slowdown:")
+        assert "k-alice" not in r.text and "k-alice" not in g.client.get("/metrics").text
     finally:
         g.stop()
     access = [r.getMessage() for r in caplog.records if r.name == "uvicorn.access"]
     assert any("api_key=***" in line for line in access) and any("API_KEY=***&x=1" in line for line in access)
+    assert any("api_key=***" in line and " 429" in line for line in access)
     gateway_lines = [r.getMessage() for r in caplog.records if r.name.startswith(("uvicorn", "nmt"))]
     assert not [line for line in gateway_lines if "k-alice" in line or "k-eve" in line]
 
@@ -925,7 +930,7 @@ def test_environment_sets_and_flags_win(tmp_path):
                                           "NMT_HTTP_API_KEYS_FILE": str(tmp_path / "keys"),
                                           "NMT_HTTP_TIMEOUT": "2.5"})
     assert cfg == GatewayConfig(grpc_address="srv:50051", port=8080, api_keys_file=str(tmp_path / "keys"), timeout=2.5)
-    assert cfg.api_keys() == frozenset({"k1"})
+    assert [k.secret for k in cfg.api_keys()] == ["k1"]
     assert parse_args([], {}) == GatewayConfig()
     assert GatewayConfig().grpc_address == "127.0.0.1:50051" and (GatewayConfig().host, GatewayConfig().port) == \
         ("127.0.0.1", 5000)
