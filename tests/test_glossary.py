@@ -394,3 +394,17 @@ def test_an_imported_model_gets_its_terms_by_attention(marian):
     assert placed and all(count(o, "DAS") == count(text.lower(), "the") for o, text in zip(outs, texts) if o in placed
                           ), outs
     assert not any("<ph" in o for o in outs)
+
+
+def test_through_a_pivot_the_first_leg_puts_the_terms_in_and_the_second_keeps_them(tiny_package, tiny_fr_package):
+    """de -> fr through English: the glossary's target and the kept span reach the French."""
+    s = ServerThread(tiny_package, model=(f"tiny={tiny_package}", f"fr={tiny_fr_package}"))
+    try:
+        req = ask("", "Und Gott sprach zu Zorblax.", keep=["zorblax"], glossary=[("gott", "DIEU")])
+        req.source_lang, req.target_lang = "de", "fr"
+        reply = s.stub().Translate(req, timeout=120)
+    finally:
+        s.stop()
+    assert reply.pivot_lang == "en"
+    out = reply.translations[0].hypotheses[0].text
+    assert count(out, "DIEU") == 1 and count(out, "Zorblax") == 1, out

@@ -367,3 +367,16 @@ def test_fused_step_refuses_a_cache_of_the_wrong_shape(tiny_checkpoint, tiny_pac
     with pytest.raises(ort.capi.onnxruntime_pybind11_state.RuntimeException,
                        match="FusedDecoderLayerInt8: shapes do not fit the layer"):
         fused.run(None, feeds)
+
+
+def test_glossary_terms_measures_every_way_on_a_package(tiny_package, capsys):
+    """bench/studies/glossary_terms.py on the tiny package: a row per mode and way, rates in percent."""
+    from bench.studies.glossary_terms import METHODS
+    from bench.studies.glossary_terms import main as glossary_main
+
+    assert glossary_main(["--package", str(tiny_package), "--sentences", "8", "--threads", "1", "--fp32"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{tiny_package} en-de, 8 lines, ") and lines[1].split()[:3] == ["mode", "way", "cases"]
+    rows = lines[2:]
+    assert [(r[:9].strip(), r[10:23].strip()) for r in rows] == [(m, w) for m in ("glossary", "keep") for w in METHODS]
+    assert all(r.split()[-1].endswith("%") for r in rows)
