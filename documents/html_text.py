@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 # Elements whose content is code, not text: never translated.
 SKIPPED = frozenset({"script", "style"})
+PREFORMATTED = frozenset({"pre", "textarea", "listing"})  # elements whose line breaks are content
 # Elements that sit inside running text: a sentence goes on across them.
 INLINE = frozenset({"a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "del", "dfn", "em", "font", "i", "ins",
                     "kbd", "mark", "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time", "tt", "u",
@@ -64,6 +65,8 @@ class Unit:
     marks: list[Mark] = field(default_factory=list)
     references: dict[str, str] = field(default_factory=dict)  # character -> the reference that wrote it
     raw: str = ""  # the input's characters, as written (given back when nothing is translated)
+    # Inside <pre>, <textarea> or <listing>: its line breaks are content, not layout.
+    preformatted: bool = False
 
 
 Placement = Callable[[Unit, str], list[tuple[int, int]]]
@@ -92,6 +95,7 @@ class HtmlText:
         self.tags = scanner.tags  # start, end and self-closing tags in the source
         self.units = [u for u in self.items if isinstance(u, Unit) and _translatable(_outside_kept(u))]
         self.texts = [u.text.strip(_SPACE) for u in self.units]
+        self.preformatted = [u.preformatted for u in self.units]  # of each text: its line breaks are content
         # The text of every element not to translate inside the units (translate="no" inline): the
         # spans the server must give back as they are (TranslateRequest.keep), each once.
         self.kept = list(dict.fromkeys(t for u in self.units for m in u.marks if m.kept
@@ -295,18 +299,21 @@ class _Scanner:
         bounds = [offset for offset, _, _ in self.events] + [len(self.source)]
         out: list[str | Unit] = []
         unit: _Building | None = None
+        pre = 0  # preformatted elements open around the text here
         for (start, kind, tag), end in zip(self.events, bounds[1:]):
             piece = self.source[start:end]
             if kind == "raw":
                 if unit:
-                    out += unit.finish()
+                    out += unit.finish(pre > 0)
                     unit = None
                 out.append(piece)
+                if tag in PREFORMATTED and not piece.endswith("/>"):
+                    pre = max(0, pre - 1) if piece.startswith("</") else pre + 1
                 continue
             unit = unit or _Building()
             unit.add(kind, tag, piece)
         if unit:
-            out += unit.finish()
+            out += unit.finish(pre > 0)
         return out
 
     def _scan(self) -> None:
@@ -510,7 +517,7 @@ class _Building:
             self.marks.append(Mark(self.size, self.size, piece, "", parent))
             self.parents.append(parent)
 
-    def finish(self) -> list[str | Unit]:
+    def finish(self, preformatted: bool = False) -> list[str | Unit]:
         while self.open:
             _, written, start, index = self.open.pop()
             self.marks[index] = Mark(start, start, written, "", self.parents[index])
@@ -523,4 +530,5 @@ class _Building:
             if parent >= 0 and not marks[parent].close:
                 parent = marks[parent].parent  # already resolved: a closed mark, or -1
             marks.append(m if parent == m.parent else Mark(m.start, m.end, m.open, m.close, parent))
-        return [Unit("".join(self.text), marks, _references("".join(self.raw)), "".join(self.raw))]
+        return [Unit("".join(self.text), marks, _references("".join(self.raw)), "".join(self.raw),
+                     preformatted)]

@@ -630,11 +630,13 @@ class Gateway:
             # translate="no" inline: its text kept by the server, the element written over it.
             terms.apply(request, (k for d in documents for k in d.kept))
             units = [u for d in documents for u in d.texts]
+            # A <pre>'s line breaks are its content: each line stays a line, whatever split_sentences says.
+            pre = [f for d in documents for f in d.preformatted]
             places = [(d, j) for d, doc in enumerate(documents) for j in range(len(doc.texts))]
             per_call = min(max(1, model.max_texts_per_request) if model else HTML_TEXTS_PER_CALL, HTML_TEXTS_PER_CALL)
             answers: list[pb.Translation] = []
             for i in range(0, len(units), per_call):
-                request.texts[:] = [sent(u) for u in units[i:i + per_call]]
+                request.texts[:] = [u if p else sent(u) for u, p in zip(units[i:i + per_call], pre[i:i + per_call])]
                 try:
                     response = await self.up.translate(request, deadline)
                 except GatewayError as e:

@@ -395,6 +395,25 @@ def test_split_sentences_follows_the_text(http):
                                                         "not 'sometimes'"})
 
 
+def test_a_pre_keeps_its_lines_under_nonewlines(http):
+    """A <pre>'s line breaks are its content: under html's default (nonewlines) each of its lines
+    is still a sentence of its own, as split_sentences=1 translates plain text."""
+    base = {"source": "en", "target": "de"}
+    lines = "In the beginning was the Word,\nand the Word was with God."
+    r = http.post("/translate", json={**base, "q": lines, "split_sentences": "1"})
+    assert r.status_code == 200
+    text = r.json()["translatedText"]
+    assert text.count("\n") == 1
+    r = http.post("/translate", json={**base, "q": f"<pre>{lines}</pre>", "format": "html"})
+    assert (r.status_code, r.json()) == (200, {"translatedText": f"<pre>{html.escape(text, quote=False)}</pre>"})
+
+
+def test_only_text_inside_pre_textarea_and_listing_is_preformatted():
+    doc = HtmlText("<p>a\nb</p><pre>c\n<b>d</b></pre><p>e</p><textarea>f\ng</textarea><pre/><p>h</p>")
+    assert list(zip(doc.texts, doc.preformatted)) == [
+        ("a\nb", False), ("c\nd", True), ("e", False), ("f\ng", True), ("h", False)]
+
+
 def test_wrapped_lines_are_joined_without_moving_an_offset():
     for text, joined in (("a long\nline.\nNext.\n\nNew\r\npara", "a long line.\nNext.\n\nNew  para"),
                          ("\nx\n", "\nx\n"), ("Hi!»\nThere", "Hi!»\nThere"), ("no break", "no break")):
