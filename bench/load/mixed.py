@@ -38,6 +38,7 @@ from corpus.bible import bible_pairs
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.child import ServerProcess
+from server.config import MAX_BATCH_ROWS
 
 PRIORITIES = {"bulk": pb.PRIORITY_BULK, "interactive": pb.PRIORITY_INTERACTIVE}
 
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--int8", action="store_true", help="serve the int8 graphs")
     p.add_argument("--threads", type=int, default=1, help="server onnxruntime threads (default 1)")
     p.add_argument("--device", default="cpu", help="the server's --device (default cpu)")
-    p.add_argument("--max-batch-rows", type=int, default=64, help="the server's --max-batch-rows (default 64)")
+    p.add_argument("--max-batch-rows", type=int, default=MAX_BATCH_ROWS,
+                   help=f"the server's --max-batch-rows (default {MAX_BATCH_ROWS}, the server's)")
     p.add_argument("--seconds", type=float, default=20.0, help="each phase's length (default 20)")
     p.add_argument("--interactive-clients", type=int, default=2, help="default 2")
     p.add_argument("--interactive-beam", type=int, default=4, help="default 4")
@@ -186,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", dest="out", type=Path, help="also write the figures here")
     args = p.parse_args(argv)
     sentences = [pair.src for pair in bible_pairs(("en-de",), "test")]
-    extra = ["--int8"] if args.int8 else []
+    # The sentence cache off: the clients send the same verses again and again, and what is
+    # measured is the scheduler, not answers from memory (bench/load/cache_replay.py is that).
+    extra = ["--cache", "off", *(["--int8"] if args.int8 else [])]
     with ServerProcess(args.package, args.threads, max_batch_rows=args.max_batch_rows, device=args.device,
                        extra=extra) as server:
         idle, _ = asyncio.run(phase(server.address, args, sentences, interactive=True, bulk=False))
