@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -94,13 +94,13 @@ def wait_until(cond, timeout: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def priorities_submitted(scheduler) -> Iterator[list]:
-    """The priority of each request ``scheduler`` is given while the block runs, in order."""
+def submitted(scheduler, what: Callable[[list, dict], object]) -> Iterator[list]:
+    """``what(jobs, options)`` of each request ``scheduler`` is given while the block runs, in order."""
     seen: list = []
     real = scheduler.submit_all
 
     def record(jobs, deadline=None, **kwargs):
-        seen.append(kwargs.get("priority"))
+        seen.append(what(jobs, kwargs))
         return real(jobs, deadline, **kwargs)
 
     scheduler.submit_all = record
@@ -108,3 +108,8 @@ def priorities_submitted(scheduler) -> Iterator[list]:
         yield seen
     finally:
         scheduler.submit_all = real
+
+
+def priorities_submitted(scheduler) -> contextlib.AbstractContextManager[list]:
+    """The priority of each request ``scheduler`` is given while the block runs, in order."""
+    return submitted(scheduler, lambda jobs, options: options.get("priority"))

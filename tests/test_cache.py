@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import types
 import urllib.request
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from engine.decoding import DecodeOptions, Hypothesis, Job, StopReason
 from server.cache import ENTRY_OVERHEAD, KEYED_FIELDS, STATE_FIELDS, SentenceCache, job_key, used
 from server.config import CACHE_BYTES, ServerConfig, parse_args
 from server.scheduler import Priority
-from tests.server_harness import TEXTS, ServerThread, request
+from tests.server_harness import TEXTS, ServerThread, request, submitted
 
 CPU, CUDA = types.SimpleNamespace(device="cpu"), types.SimpleNamespace(device="cuda")
 
@@ -176,21 +175,9 @@ def fresh(tiny_package):
     s.stop()
 
 
-@contextlib.contextmanager
-def jobs_submitted(scheduler) -> Iterator[list[int]]:
+def jobs_submitted(scheduler) -> contextlib.AbstractContextManager[list]:
     """How many jobs ``scheduler`` is given while the block runs, one count per request."""
-    seen: list[int] = []
-    real = scheduler.submit_all
-
-    def record(jobs, deadline=None, **kwargs):
-        seen.append(len(jobs))
-        return real(jobs, deadline, **kwargs)
-
-    scheduler.submit_all = record
-    try:
-        yield seen
-    finally:
-        scheduler.submit_all = real
+    return submitted(scheduler, lambda jobs, options: len(jobs))
 
 
 def metric(server: ServerThread, name: str) -> float:

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,7 @@ from export.hf_import import main
 from export.model_cache import cached_package
 from nmt.v1 import translator_pb2 as pb
 from server.model_source import ModelSourceError, default_name, is_hugging_face, package_directory
-from tests.server_harness import ServerThread
+from tests.server_harness import ServerThread, submitted
 from tests.test_hf_hub import SHA, Hub
 from tests.test_hf_import import LIMIT, engine_decode
 
@@ -150,21 +150,9 @@ def test_an_m2m100_model_imports_by_id(m2m, directories):
 
 
 # ---------------------------------------------------------------- nmt-serve --model ID
-@contextmanager
-def jobs_submitted(scheduler) -> Iterator[list]:
+def jobs_submitted(scheduler) -> AbstractContextManager[list]:
     """The jobs ``scheduler`` is given while the block runs, one list per request."""
-    seen: list = []
-    real = scheduler.submit_all
-
-    def record(jobs, deadline=None, **kwargs):
-        seen.append(list(jobs))
-        return real(jobs, deadline, **kwargs)
-
-    scheduler.submit_all = record
-    try:
-        yield seen
-    finally:
-        scheduler.submit_all = real
+    return submitted(scheduler, lambda jobs, options: list(jobs))
 
 
 @pytest.fixture(scope="module")
