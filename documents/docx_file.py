@@ -25,7 +25,7 @@ from lxml import etree
 from documents.archive import check_zip
 from documents.document import Document, DocumentError, Limits, Segment
 from documents.inline import BREAK, InlineText, Piece, anchor, units
-from documents.translate import placed
+from documents.translate import write_translations
 from nmt.v1 import translator_pb2 as pb
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -71,11 +71,7 @@ class DocxFile(Document):
 
     def render(self, answers: Sequence[pb.Translation]) -> bytes:
         self.check(answers)
-        for text, answer in zip(self.inline, answers):
-            translation, place = placed(text.text, answer)
-            for piece, new in zip(text.pieces, text.render(translation, place)):
-                if piece.ref is not None:
-                    _set_text(piece.ref, new)
+        write_translations(self.inline, answers, _set_text)
         out = io.BytesIO()
         self.doc.save(out)
         return out.getvalue()

@@ -21,7 +21,7 @@ from odf.opendocument import load
 from documents.archive import check_zip
 from documents.document import Document, DocumentError, Limits, Segment
 from documents.inline import BREAK, InlineText, Piece, anchor, units
-from documents.translate import placed
+from documents.translate import write_translations
 from nmt.v1 import translator_pb2 as pb
 
 TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
@@ -54,11 +54,7 @@ class OdtFile(Document):
 
     def render(self, answers: Sequence[pb.Translation]) -> bytes:
         self.check(answers)
-        for text, answer in zip(self.inline, answers):
-            translation, place = placed(text.text, answer)
-            for piece, new in zip(text.pieces, text.render(translation, place)):
-                if piece.ref is not None:
-                    piece.ref.data = new
+        write_translations(self.inline, answers, _set_data)
         out = io.BytesIO()
         self.doc.write(out)
         return out.getvalue()
@@ -100,3 +96,7 @@ def _items(paragraph: Element) -> Iterator[Piece | None]:
             yield anchor((*path, id(node)), " ")
         else:
             yield anchor((*path, id(node)))
+
+
+def _set_data(node: Node, text: str) -> None:
+    node.data = text

@@ -13,10 +13,12 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from documents.alignment import aligned_placement, translation_alignments
 from documents.document import Segment
 from documents.html_text import Placement
+from documents.inline import InlineText
 from nmt.v1 import translator_pb2 as pb
 
 Call = Callable[[list[Segment], bool], Awaitable[list[pb.Translation]]]
@@ -85,6 +87,17 @@ def placed(text: str, answer: pb.Translation) -> tuple[str, Placement]:
     """The best translation of ``text`` and the placement of its marks by the attention."""
     translation, alignments = translation_alignments(text, answer)
     return translation, aligned_placement(alignments)
+
+
+def write_translations(inline: Sequence[InlineText], answers: Sequence[pb.Translation],
+                       write: Callable[[Any, str], None]) -> None:
+    """Each text's translation put back into its pieces (its marks placed by the attention):
+    ``write(piece.ref, new text)`` for every piece that stands for a node of the document."""
+    for text, answer in zip(inline, answers):
+        translation, place = placed(text.text, answer)
+        for piece, new in zip(text.pieces, text.render(translation, place)):
+            if piece.ref is not None:
+                write(piece.ref, new)
 
 
 def total_chars(segments: Sequence[Segment]) -> int:
