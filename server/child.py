@@ -43,7 +43,10 @@ class ServerProcess:
         self.port = free_port()
         self.args = [sys.executable, "-m", "server.main", "--model", str(package), "--host", "127.0.0.1",
                      "--port", str(self.port), "--metrics-port", "-1", "--device", device, "--threads", str(threads),
-                     "--max-batch-rows", str(max_batch_rows), "--log-level", "WARNING", *extra]
+                     "--max-batch-rows", str(max_batch_rows), "--log-level", "WARNING",
+                     # The sentence cache off: benchmarks and load tools send the same sentences
+                     # again and measure decoding, not answers from memory; ``extra`` may turn it on.
+                     "--cache", "off", *extra]
         self.start_timeout = start_timeout
         self.log = log  # the server's stderr goes here (default: this process's)
         self.proc: subprocess.Popen | None = None

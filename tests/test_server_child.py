@@ -25,3 +25,9 @@ def test_a_child_that_cannot_start_says_so_with_its_exit_code(tmp_path):
             ServerProcess(tmp_path / "no-such-package", threads=1, log=tmp_path / "server.log"):
         pass
     assert "no-such-package is not valid: the directory does not exist" in (tmp_path / "server.log").read_text()
+
+
+def test_a_child_serves_without_the_sentence_cache_unless_told():
+    """Benchmarks resend the same sentences: their server decodes them, unless ``extra`` turns the cache on."""
+    assert ServerProcess("pkg", threads=1).args[-2:] == ["--cache", "off"]
+    assert ServerProcess("pkg", threads=1, extra=["--cache", "auto"]).args[-2:] == ["--cache", "auto"]
