@@ -14,7 +14,7 @@ Test sets, en<->de/fr/es (``--splits``, comma-separated):
   instructions) with references written for the purpose (``bench/data/everyday.tsv``).
 
 Our package is decoded by the server's own decoding loop
-on the CPU (``export.verify.translate_onnx``, as ``bench.studies.out_of_domain`` does), once per graph
+on the CPU (``export.verify.translate_onnx``, as ``nmt-verify`` does), once per graph
 variant. Apertium, the rule-based translator, translates en-es (mode ``eng-spa``) and es-en
 (``spa-eng``); it is Debian's ``apertium-eng-spa``:
 

@@ -40,7 +40,7 @@ CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 # decoder step 7 % less (one-off A/B; docs/BENCHMARKS.md). MatMulScaleFusion folds the
 # query's 1/sqrt(d_k) into the score product (FusedMatMul alpha), which takes the CPU
 # MatMul off its matrix-vector path for one query row: 68 vs 43 us per layer at 32 rows
-# and 32 cached positions (``python -m bench.studies.attention_layout``). CUDA keeps both.
+# and 32 cached positions (docs/BENCHMARKS.md, what we tried). CUDA keeps both.
 CPU_DISABLED_FUSIONS = ["SkipLayerNormFusion", "MatMulScaleFusion"]
 
 

@@ -5,33 +5,6 @@ from __future__ import annotations
 import json
 
 
-def test_attention_layout_forms_compute_the_same_products(capsys):
-    """Every form bench/studies/attention_layout.py times computes the product it names, on its layout."""
-    import numpy as np
-    import onnxruntime as ort
-
-    from bench.studies.attention_layout import FORMS, LAYERS, graph
-    from bench.studies.attention_layout import main as layout_main
-
-    rows, heads, d_head, positions = 3, 2, 4, 5
-    rng = np.random.default_rng(0)
-    q, w = rng.random((rows, heads, 1, d_head), np.float32), rng.random((rows, heads, 1, positions), np.float32)
-    k, v = rng.random((rows, heads, positions, d_head), np.float32), rng.random((rows, heads, positions, d_head),
-                                                                               np.float32)
-    for form, (op, attrs, keys_t) in FORMS.items():
-        weights = form.startswith("weights")
-        session = ort.InferenceSession(graph(op, attrs, rows, heads, d_head, positions, keys_t, weights),
-                                       providers=["CPUExecutionProvider"])
-        stored = v if weights else (k.swapaxes(2, 3).copy() if keys_t else k)
-        feeds = {"a": w if weights else q, **{f"m{i}": stored for i in range(LAYERS)}}
-        expected = w @ v if weights else (q @ k.swapaxes(2, 3)) * attrs.get("alpha", 1.0)
-        for got in session.run(None, feeds):
-            assert np.allclose(got, expected, atol=1e-5), form
-    assert layout_main(["--rows", "2", "--heads", "2", "--d-head", "4", "--positions", "3", "--repeats", "2"]) == 0
-    out = capsys.readouterr().out
-    assert all(form in out for form in FORMS) and "P=3" in out
-
-
 def test_profile_decode_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
     """bench/studies/profile_decode.py on the tiny model: every timed part, CT2, step costs, operators."""
     from bench.studies.profile_decode import main as profile_main
@@ -69,48 +42,6 @@ def test_step_cost_times_both_engines_at_every_size(tiny_checkpoint, tiny_packag
     rows = [line.split() for line in lines[2:]]
     assert [(r[0], r[1], r[2]) for r in rows] == [("1", "1", "1"), ("1", "2", "2"), ("2", "1", "2"), ("2", "2", "4")]
     assert all(r[6].endswith("x") for r in rows)
-
-
-def test_shared_sources_times_both_layouts_and_finds_the_same_bits(tiny_package, capsys):
-    """bench/studies/shared_sources.py on the tiny package: a row per variant and size, outputs the same bits."""
-    import pytest
-
-    from bench.studies.shared_sources import main as shared_main
-
-    assert shared_main(["--package", str(tiny_package), "--rows", "2,6", "--group", "2", "--source", "5",
-                        "--past", "3", "--rounds", "1"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == ("decoder step, 2 rows per source, source 5, 3 cached slots, 1 thread(s), best of 1 "
-                        "alternating rounds")
-    rows = [line.split() for line in lines[2:]]
-    assert [r[:2] for r in rows] == [["fp32", "2"], ["fp32", "6"], [rows[2][0], "2"], [rows[2][0], "6"]]
-    assert rows[2][0] in ("int8", "int8w8") and all(r[4].endswith("x") and r[5] == "True" for r in rows)
-    with pytest.raises(SystemExit):
-        shared_main(["--package", str(tiny_package), "--rows", "3", "--group", "2"])
-    assert "--rows 3 is not a multiple of --group 2" in capsys.readouterr().err
-
-
-def test_cpu_levers_prints_every_part(tiny_package, capsys):
-    """bench/studies/cpu_levers.py on the tiny package: every part's lines, our int8 rows the same
-    bits alone as in a batch, and a wrong part refused by name."""
-    import pytest
-
-    from bench.studies.cpu_levers import main as levers_main
-
-    assert levers_main(["--package", str(tiny_package), "--jobs", "2", "--beam", "2", "--source", "5",
-                        "--rounds", "1"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("selection, 2 jobs x 2 beams over ") and "TopK(4) in onnxruntime" in lines[0]
-    nbits = [line for line in lines if line.startswith("  64 x ")]
-    assert len(nbits) == 8 and all("rows the same bits alone: ours True" in line for line in nbits)
-    steps = [line.split()[1:3] for line in lines if line.startswith("  step ")]
-    assert [s[1] for s in steps] == ["1", "4", "32", "128"] * 2 and steps[0][0] == "fp32"
-    assert sum(line.startswith(("  MatMul fp32", "  MatMulIntegerToFloat")) for line in lines) == 8
-    grouped = [line for line in lines if line.startswith(("  scores (q k)", "  values (p v)"))]
-    assert len(grouped) == 2 and all("same bits " in line for line in grouped)
-    with pytest.raises(SystemExit):
-        levers_main(["--package", str(tiny_package), "--parts", "selection,gpu"])
-    assert "--parts gpu: not one of selection, nbits, threads, grouped" in capsys.readouterr().err
 
 
 def test_step_cost_refuses_lengths_out_of_order(tiny_checkpoint, tiny_package, capsys):
@@ -160,37 +91,6 @@ def test_memory_bound_chain_and_weight_bytes(tiny_package, tmp_path, capsys):
     assert [row.split()[0] for row in step_rows] == ["fp32", "int8"] and all(len(r.split()) == 5 for r in step_rows)
 
 
-def test_out_of_domain_scores_every_direction_the_package_serves(tiny_package, tmp_path, capsys):
-    from bench.studies.out_of_domain import load
-    from bench.studies.out_of_domain import main as ood_main
-
-    texts = load()
-    assert set(texts) == {"en", "de", "fr", "es"} and all(len(v) == 30 for v in texts.values())
-    out = tmp_path / "ood.json"
-    assert ood_main(["--package", str(tiny_package), "--variant", "int8", "--beam", "2", "--json", str(out)]) == 0
-    result = json.loads(out.read_text())
-    assert [r["direction"] for r in result] == ["en-de", "de-en"]  # the tiny package's pairs
-    assert all(len(r["outputs"]) == 30 and 0 <= r["chrf"] <= 100 for r in result)
-    assert result[0]["outputs"][0]["reference"] == "Der Zug nach Berlin fährt um halb neun ab."
-    assert "en-de  BLEU" in capsys.readouterr().out
-
-
-def test_norm_stability_report_measures_how_much_the_source_is_worth(tmp_path, toy_corpus, capsys):
-    from bench.studies.norm_stability import last_model, report, source_use
-    from tests.test_train import tiny_run
-    from training.train import train
-
-    run = tmp_path / "post-ln"
-    train(tiny_run(toy_corpus, max_steps=4, eval_every=4, save_every=4), run)
-    own, other = source_use(*last_model(run))
-    assert own > 0 and other > 0
-    [row] = report(tmp_path, ["post-ln"])
-    assert row["dev_bleu"].keys() == {4} and row["grad_norm_mean"] > 0
-    assert (tmp_path / "norm_stability.png").stat().st_size > 0
-    assert -1.0 <= row["encoder_cosine"] <= 1.0
-    assert "the source is worth" in capsys.readouterr().out
-
-
 def test_variant_ab_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
     """bench.studies.variant_ab on the tiny package: quality, invariance and speed rows for each variant."""
     from bench.studies.variant_ab import main as ab_main
@@ -209,44 +109,6 @@ def test_variant_ab_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
     assert [(r["batch_size"], r["variant"]) for r in result["speed"]] == [(1, "fp32"), (1, "int8"), (4, "fp32"),
                                                                          (4, "int8")]
     assert "greedy batch" in capsys.readouterr().out
-
-
-def test_openvino_step_records_the_loops_own_feeds_and_alternates_engines(tiny_package):
-    """bench/studies/openvino_step.py without OpenVINO (not a dependency): the feeds it replays are
-    copies of what the decoding loop ran, step by step, and the timing alternates its engines."""
-    import importlib.util
-
-    import numpy as np
-    import pytest
-
-    from bench.studies.openvino_step import fastest, main, record_feeds
-    from engine import contract
-    from engine.defaults import BOS_ID
-    from engine.package import ModelPackage
-    from engine.runtime import Runtime, RuntimeOptions
-
-    package = ModelPackage.load(tiny_package)
-    rt = Runtime(package, RuntimeOptions(device="cpu", threads=1))
-    tokenizer = package.load_tokenizer()
-    sources = [package.source_ids(tokenizer.encode(text), "de") for text in ("Jesus wept.", "He said,")]
-    encoder_feeds, decoder_feeds = record_feeds(rt, [sources], beam=2)
-    assert len(encoder_feeds) == 1 and set(encoder_feeds[0]) == {contract.SRC_IDS}
-    rows = encoder_feeds[0][contract.SRC_IDS].tolist()
-    assert sorted(r[:len(s)] for r, s in zip(rows, sorted(sources, key=len))) == sorted(sources)  # right-padded
-    first, second = decoder_feeds[0], decoder_feeds[1]
-    assert first[contract.INPUT_IDS].tolist() == [[BOS_ID]] * 4  # 2 sources x 2 beams
-    assert first[contract.POSITIONS].tolist() == [[0]] * 4 and not first[contract.PAST_MASK].any()
-    assert second[contract.POSITIONS].tolist() == [[1]] * 4
-    assert second[contract.PAST_MASK].sum(axis=1).tolist() == [1] * 4  # the first step's keys, nothing else
-    log_probs = rt.decoder.run([contract.LOG_PROBS], first)[0]  # a recorded feed runs as it is
-    assert log_probs.shape == (4, package.dims.vocab_size) and np.isfinite(log_probs[:, 3:]).all()
-    order: list[str] = []
-    best = fastest({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, rounds=3)
-    assert order == ["a", "b"] * 3 and set(best) == {"a", "b"}
-    if importlib.util.find_spec("openvino") is None:
-        with pytest.raises(SystemExit) as e:
-            main(["--checkpoint", "x", "--package", str(tiny_package)])
-        assert e.value.code == 2
 
 
 def test_fused_linear_pack_puts_each_weight_where_the_kernel_reads_it():
@@ -351,8 +213,7 @@ def test_fused_step_refuses_a_cache_of_the_wrong_shape(tiny_checkpoint, tiny_pac
     import onnxruntime as ort
     import pytest
 
-    from bench.studies.cpu_levers import session
-    from bench.studies.fused_linear import build, cpu_flags, find_include, missing
+    from bench.studies.fused_linear import build, cpu_flags, find_include, missing, session
     from bench.studies.fused_step import fused_step_model, random_feeds
     from engine.package import ModelPackage
     from training.checkpoint import load_model

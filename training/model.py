@@ -98,7 +98,7 @@ class MultiHeadAttention(nn.Module):
         so a decoding step's scores are a plain matrix product q @ k_t: onnxruntime then
         multiplies one query row by each (row, head)'s keys with its matrix-vector kernel,
         about twice as fast as with a transposed operand, which it repacks first (43 vs
-        92 us per layer at 32 rows and 32 cached positions; ``python -m bench.studies.attention_layout``).
+        92 us per layer at 32 rows and 32 cached positions; docs/BENCHMARKS.md, what we tried).
         """
         return self.split_heads(self.w_k(x)).transpose(-2, -1), self.split_heads(self.w_v(x))
 

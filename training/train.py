@@ -158,7 +158,7 @@ def dev_bleu(model: Transformer, tokenizer: Tokenizer, dev: dict[str, tuple[list
 
 # Above this mean cosine similarity between a sentence's encoder outputs, the encoder gives
 # every position (nearly) the same vector and the decoder cannot see its source: how the
-# post-LN runs stalled (bench/studies/norm_stability.py; 0.52-0.58 in a pre-LN run that trains).
+# post-LN runs stalled (docs/training.md, why pre-LN; 0.52-0.58 in a pre-LN run that trains).
 COLLAPSED_ENCODER = 0.99
 
 
@@ -527,7 +527,7 @@ def finish_average(cfg: RunConfig, out: Path, state: State, tok_bytes: bytes) ->
 
 
 # ---------------------------------------------------------------- CLI
-# Pre-LN: the post-LN presets collapsed their encoder at our learning rates (bench/studies/norm_stability.py).
+# Pre-LN: the post-LN presets collapsed their encoder at our learning rates (docs/training.md, why pre-LN).
 DEFAULT_PRESET = "deep-shallow-small"
 
 def _parse_value(text: str) -> Any:

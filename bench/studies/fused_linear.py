@@ -97,6 +97,29 @@ def build(include: Path, out_dir: Path) -> Path:
     return library
 
 
+def session(model: Any, threads: int, library: Path | None = None) -> Any:
+    """A CPU session of an in-memory model; ``library``: a custom operator library it needs."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.log_severity_level = 3
+    if library is not None:
+        opts.register_custom_ops_library(str(library))
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def one_node_model(nodes: list, inputs: list, outputs: list, inits: list) -> Any:
+    """A model of these nodes, with the opsets our int8 graphs use (ONNX's and onnxruntime's own)."""
+    from onnx import helper
+
+    from export.quantize import MS_DOMAIN, QUANT_OPSET
+
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", QUANT_OPSET),
+                                                   helper.make_opsetid(MS_DOMAIN, 1)])
+
+
 def pack(w_q: np.ndarray) -> np.ndarray:
     """(K, N) int8 -> the kernel's layout [N / 16][K / 4][16 columns][4 rows of K], flat: element
     (k, n) lands at ((n // 16) * (K // 4) + k // 4) * 64 + (n % 16) * 4 + k % 4."""
@@ -121,7 +144,6 @@ def models(w: np.ndarray, b: np.ndarray) -> tuple[Any, Any]:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from bench.studies.cpu_levers import one_node_model
     from export.quantize import QUANT_OPSET, WEIGHT_MAX_EXACT, to_int8
 
     k, n = w.shape
@@ -156,7 +178,6 @@ def product_shapes(package: Any) -> list[tuple[int, int]]:
 
 def compare(library: Path, k: int, n: int, threads: int, rounds: int) -> list[str]:
     """One line per row count: both timings, their agreement, the fused rows' invariance."""
-    from bench.studies.cpu_levers import session
     from bench.studies.step_cost import best_per_call
 
     rng = np.random.default_rng(0)

@@ -37,8 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.studies.cpu_levers import session
-from bench.studies.fused_linear import DOMAIN, build, buildable, int8_product
+from bench.studies.fused_linear import DOMAIN, build, buildable, int8_product, session
 
 ROWS = (1, 4, 32, 128)
 LAYER_OP = "FusedDecoderLayerInt8"
