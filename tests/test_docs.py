@@ -47,7 +47,7 @@ MODEL_CARD = ROOT / "models" / "default" / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), MODEL_CARD, ROOT / "bench" / "README.md"]
 FIRST_BLOCK = "```bash\nbash scripts/run.sh\nbash scripts/setup.sh && .venv/bin/python -m pytest -q\n```\n"
 README_MAX_LINES = 160
-BENCHMARKS_MAX_LINES = 450
+BENCHMARKS_MAX_LINES = 400
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
