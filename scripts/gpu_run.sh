@@ -9,8 +9,8 @@
 #   bash scripts/gpu_run.sh --dry-run                 # the plan only
 #   bash scripts/gpu_run.sh --checkpoint C --package P --verses 100 --budget-s 300 ...   (python -m bench.gpu_run --help)
 #
-# Set-up on CUDA: when onnxruntime has no CUDAExecutionProvider and the chunks of
-# ../shared/gpu/pack.sh were carried (.gpu/cNN, carried one call at a time), their take.sh runs
+# Set-up on CUDA: when onnxruntime has no CUDAExecutionProvider and an offline wheel bundle was
+# copied in as .gpu/cNN chunks (each with its take.sh; made where a package index is reachable), they run
 # (the last one unpacks onnxruntime-gpu, grpcio and the Bible DB); the module then calls
 # onnxruntime.preload_dlls() and prints the providers. PYTHON overrides the interpreter
 # (default: .venv/bin/python when there is one, else python3).
@@ -49,11 +49,11 @@ mkdir -p "$out"
       if [ -n "$chunks" ]; then
         for d in $chunks; do
           echo "set-up: bash ${d}take.sh"
-          bash "${d}take.sh" || echo "set-up: ${d}take.sh failed (are earlier chunks missing? carry them first)"
+          bash "${d}take.sh" || echo "set-up: ${d}take.sh failed (are earlier chunks missing? copy them in first)"
         done
       else
         echo "set-up: onnxruntime has no CUDAExecutionProvider and no .gpu/ chunks were carried" \
-             "(bash ../shared/gpu/pack.sh, then carry .gpu/cNN); onnxruntime on CUDA will fail"
+             "(copy in an offline onnxruntime-gpu wheel bundle as .gpu/cNN); onnxruntime on CUDA will fail"
       fi
     fi
     has_cuda && echo "set-up: onnxruntime has the CUDA provider"

@@ -4,8 +4,8 @@
 # run started with setsid nohup so it outlives the call, and the result brought back in files of at
 # most 15 MiB (the host gives back at most 8 files of 16 MiB).
 #
-#   bash scripts/gpu_train.sh pack             # here: the corpus as runs/corpus.tar.xz (~14 MB), to carry
-#   bash scripts/gpu_train.sh start            # there (carry runs/corpus.tar.xz): unpack it, start training
+#   bash scripts/gpu_train.sh pack             # here: the corpus as runs/corpus.tar.xz (~14 MB), to copy to the GPU machine
+#   bash scripts/gpu_train.sh start            # there (runs/corpus.tar.xz copied over): unpack it, start training
 #   bash scripts/gpu_train.sh status           # there: is it running, the log's last lines
 #   bash scripts/gpu_train.sh collect [OUT]    # there: ship the run (its average or last checkpoint), tar it,
 #                                              #   split -b 15M into OUT ($OUT, else gpu-train-out); prints the join
@@ -52,14 +52,14 @@ case "$cmd" in
   pack)
     mkdir -p "$(dirname "$CORPUS")"
     run "$PYTHON" -m corpus.build --pack "$CORPUS"
-    echo "carry $CORPUS to the GPU host (run's carry), then: bash scripts/gpu_train.sh start"
+    echo "copy $CORPUS to the GPU machine, then: bash scripts/gpu_train.sh start"
     ;;
   start)
     if [ -f "$CORPUS" ]; then
       run "$PYTHON" -m corpus.build --unpack "$CORPUS"
     else
       echo "no $CORPUS here: a model trained on the mixed corpus needs it (bash scripts/gpu_train.sh pack, then" \
-           "carry it); a Bible-only or files model does not"
+           "copy it here); a Bible-only or files model does not"
     fi
     run mkdir -p "$RUN"
     # the run continues INIT: its config (the data mixture, the model's shape) and its tokenizer, so every

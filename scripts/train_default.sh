@@ -12,7 +12,7 @@
 #       batches of 4,096 tokens, 60 minutes on 2 threads.
 #
 # CHUNK=8 trains at most 8 minutes per call and exits; calling the script again with the
-# same settings continues the run from its last checkpoint (for machines lent in slices
+# same settings continues the run from its last checkpoint (for machines available in slices
 # of under 10 minutes). Resuming needs the run directory, $RUN (runs/default-cpu or
 # runs/default-gpu; runs/ is not in git): on another machine or a fresh clone, copy it
 # there first, or the run starts over. When the run is done the averaged weights are

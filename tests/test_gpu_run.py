@@ -1,6 +1,6 @@
 """The prepared GPU run (scripts/gpu_run.sh, bench/gpu_run.py) and the GPU training recipe
 (scripts/gpu_train.sh), run end to end in their CPU mode on the tiny test model: the result files
-exist with every key and sane numbers, so the run is known to work before a GPU is lent."""
+exist with every key and sane numbers, so the run is known to work before a GPU is at hand."""
 
 from __future__ import annotations
 
