@@ -1,17 +1,18 @@
 """``python -m corpus.build``: fetch, extract, align, clean and split the modern corpus.
 
     python -m corpus.build                     # every source, en <-> de, fr, es
-    python -m corpus.build --sources debian    # package descriptions and message catalogs only
+    python -m corpus.build --sources debian    # Debian's descriptions, catalogs, debconf, manuals
     python -m corpus.build --force             # rebuild from the cached packages
     python -m corpus.build --pack corpus.tar.xz     # build, then pack the pairs to carry elsewhere
     python -m corpus.build --unpack corpus.tar.xz   # on a machine without apt (a GPU host): use them
 
 Sources: ``libreoffice`` (LibreOffice's help and UI strings, corpus/libreoffice.py) and
-``debian`` (translated package descriptions and programs' message catalogs,
-corpus/debian_text.py). The Debian packages and apt's translation indices are fetched by name
-into the cache (``$NMT_CACHE``, default ~/.cache/nmt-transformer) and the aligned pairs written
-there as TSV; training reads them through those modules. Prints how many pairs each source and
-split holds, and for the Debian sources why pairs were dropped.
+``debian`` (translated package descriptions, programs' message catalogs, debconf templates and
+the Debian Reference and Handbook, corpus/debian_text.py). The Debian packages and apt's
+translation indices are fetched by name into the cache (``$NMT_CACHE``, default
+~/.cache/nmt-transformer) and the aligned pairs written there as TSV; training reads them
+through those modules. Prints how many pairs each source and split holds, and for the Debian
+sources why pairs were dropped.
 """
 
 from __future__ import annotations

@@ -23,11 +23,14 @@ DEV_BUCKETS, TEST_BUCKETS = frozenset({2}), frozenset({0, 1})
 _WHITESPACE = re.compile(r"\s+")
 _TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]*)?/?>")
 _ENTITY = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'", "&nbsp;": " "}
-# printf (%s, %1$s, %-5.2f, %%), Python/Qt/.NET ({0}, {name}, %1), shell/make ($(ARG1), ${x}, $VAR)
-FORMAT_SPEC = re.compile(r"%(?:\d+\$)?[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|L|z|j|t)?[diouxXeEfFgGcsp%]"
+# printf (%s, %1$s, %-5.2f, %%), Python (%(name)s, {0}, {name}), Qt/KDE (%1), shell/make ($(ARG1), ${x}, $VAR)
+FORMAT_SPEC = re.compile(r"%(?:\d+\$|\(\w+\))?[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|L|z|j|t)?[diouxXeEfFgGcrsp%]"
                          r"|%\d+|\{[\w.:!]*\}|\$\([\w.]+\)|\$\{\w+\}|\$[A-Z_][A-Z0-9_]*")
 _ACCELERATOR = re.compile(r"(?:(?<=^)|(?<=[\s(]))[_&~](?=\w)|(?<=[^\W\d_])[_&~](?=[^\W\d_])")
 _LETTER = re.compile(r"[^\W\d_]")
+# UTF-8 read as Latin-1 or Windows-1252 ("envÃ­a", "Â«"), or bytes that were not text at all
+_MOJIBAKE = re.compile("[\u00c2\u00c3][\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u02c6\u02dc"
+                       "\u2013-\u203a\u20ac\u2122]|\ufffd")
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -106,6 +109,8 @@ def drop_reason(en: str, xx: str, lang: str) -> str | None:
         return "length ratio"
     if format_specs(en) != format_specs(xx):
         return "format strings differ"
+    if _MOJIBAKE.search(en) or _MOJIBAKE.search(xx):
+        return "encoding"
     if not latin_script(en) or not latin_script(xx):
         return "script"
     guess_en, guess_xx = guess_language(en), guess_language(xx)

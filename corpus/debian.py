@@ -11,14 +11,23 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tarfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from cli import UsageError
 
 CACHE_ENV = "NMT_CACHE"  # where fetched packages and built corpora live
+DOWNLOAD_BATCH = 40  # packages per ``apt-get download`` call
+_VERSION = re.compile(r"^[^_]+_([^_]+)_")
+
+
+class PackageUnavailable(UsageError):
+    """apt-get is here but could not download the package (not in this release's indices)."""
 
 
 def cache_dir() -> Path:
@@ -48,6 +57,38 @@ def find_deb(name: str, debs: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def package_version(deb: Path) -> str:
+    """The version in a .deb's file name (``name_1%3a2.0-1_all.deb`` -> ``1:2.0-1``)."""
+    m = _VERSION.match(deb.name)
+    return m.group(1).replace("%3a", ":") if m else ""
+
+
+def fetch_debs(names: Iterable[str], cache: Path | None = None) -> dict[str, Path]:
+    """The .deb of every package in ``names`` that apt can download, fetched in batches (one
+    ``apt-get download`` per batch, one per package where a batch fails); those it cannot are
+    named on stderr and left out."""
+    debs = (cache or cache_dir()) / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    names = list(dict.fromkeys(names))
+    missing = [n for n in names if find_deb(n, debs) is None]
+    if missing and shutil.which("apt-get"):
+        for i in range(0, len(missing), DOWNLOAD_BATCH):
+            batch = missing[i:i + DOWNLOAD_BATCH]
+            proc = subprocess.run(["apt-get", "download", "-q", *batch], cwd=debs, capture_output=True, text=True)
+            if proc.returncode:  # one unknown name fails the whole call: try them one by one
+                for name in batch:
+                    if find_deb(name, debs) is None:
+                        subprocess.run(["apt-get", "download", "-q", name], cwd=debs, capture_output=True)
+    out = {}
+    for name in names:
+        found = find_deb(name, debs)
+        if found is None:
+            print(f"corpus: Debian package {name} could not be downloaded; left out", file=sys.stderr)
+        else:
+            out[name] = found
+    return out
+
+
 def fetch_deb(name: str, cache: Path | None = None) -> Path:
     """The .deb of package ``name`` in the cache, downloaded with ``apt-get download`` if absent."""
     debs = (cache or cache_dir()) / "debs"
@@ -61,7 +102,7 @@ def fetch_deb(name: str, cache: Path | None = None) -> Path:
     found = find_deb(name, debs)
     if proc.returncode or not found:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise UsageError(f"apt-get download {name} failed ({detail[-1] if detail else 'no output'}); run "
+        raise PackageUnavailable(f"apt-get download {name} failed ({detail[-1] if detail else 'no output'}); run "
                          f"'apt-get update' once, or put {name}_*.deb into {debs}")
     return found
 
@@ -95,3 +136,76 @@ def unpacked(name: str, cache: Path | None = None) -> Path:
     tmp.rename(root)
     done.touch()
     return root
+
+
+def extracted(name: str, select: Callable[[str], bool], label: str, cache: Path | None = None) -> Path:
+    """The root of the package's files whose path (``usr/...``) ``select`` accepts, unpacked once
+    into the cache under ``label`` (one label per kind of selection): a few catalogs out of a
+    package of hundreds of megabytes."""
+    cache = cache or cache_dir()
+    deb = fetch_deb(name, cache)
+    root = cache / "extracted" / label / deb.stem
+    done = root / ".complete"
+    if done.exists():
+        return root
+    members = _ar_members(deb.read_bytes())
+    data_name = next((n for n in members if n.startswith("data.tar")), None)
+    if data_name is None:
+        raise ValueError(f"{deb} holds no data.tar member")
+    tmp = root.with_name(root.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(members[data_name])) as tar:
+        for member in tar:
+            path = member.name.removeprefix("./")
+            if member.isfile() and select(path):
+                tar.extract(member, tmp, filter=_files_only)
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    done.touch()
+    return root
+
+
+def control_file(name: str, member: str, cache: Path | None = None) -> bytes | None:
+    """One file of the package's control archive (``templates``, ``control``), or None."""
+    deb = fetch_deb(name, cache)
+    members = _ar_members(deb.read_bytes())
+    control_name = next((n for n in members if n.startswith("control.tar")), None)
+    if control_name is None:
+        raise ValueError(f"{deb} holds no control.tar member")
+    with tarfile.open(fileobj=io.BytesIO(members[control_name])) as tar:
+        for info in tar:
+            if info.isfile() and info.name.removeprefix("./") == member:
+                f = tar.extractfile(info)
+                return f.read() if f else None
+    return None
+
+
+_FREE_FORM = ((r"GNU (?:Lesser|Library) General Public License|\bLGPL", "LGPL"),
+              (r"GNU General Public License|\bGPL", "GPL"), (r"Mozilla Public License", "MPL"),
+              (r"Apache License", "Apache"), (r"Artistic License", "Artistic"),
+              (r"Creative Commons", "CC"), (r"\bBSD\b", "BSD"), (r"\bMIT\b|\bExpat\b", "Expat"))
+
+
+def license_of(copyright_text: str) -> str:
+    """The licence a machine-readable copyright file (DEP-5) gives its ``Files: *`` stanza (else
+    its first ``License:``); for a free-form file the first licence it names, marked as such;
+    "" where none is named."""
+    if not copyright_text.startswith(("Format:", "Format-Specification:")):
+        found = [(m.start(), name) for pattern, name in _FREE_FORM if (m := re.search(pattern, copyright_text))]
+        return f"{min(found)[1]} (free-form copyright file)" if found else ""
+    first = ""
+    for stanza in re.split(r"\n\s*\n", copyright_text):
+        fields = dict(re.findall(r"^(Files|License):[ \t]*(.*)$", stanza, re.M))
+        if "License" not in fields or not fields["License"].strip():
+            continue
+        first = first or fields["License"].strip()
+        if fields.get("Files", "").split()[:1] == ["*"]:
+            return fields["License"].strip()
+    return first
+
+
+def package_license(root: Path, name: str) -> str:
+    """The licence of an unpacked package, from ``usr/share/doc/{name}/copyright``; "" if unknown."""
+    path = root / "usr/share/doc" / name / "copyright"
+    return license_of(path.read_text(encoding="utf-8", errors="replace")) if path.is_file() else ""

@@ -7,7 +7,8 @@ package so nothing leaks.
 
 The result is cached as TSV (``{source}.{split}.en-{lang}.tsv``: key, English, translation)
 beside ``report.json``: per source, language and split the pairs kept, and per reason the
-pairs dropped. Standard library only.
+pairs dropped; ``{source}.packages.tsv`` names each package read with its version and licence
+(from its copyright file; empty where that is not machine-readable). Standard library only.
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ from corpus.tsv import read_rows as read_tsv
 LANGUAGES = ("de", "fr", "es")
 SOURCES = ("debian-descriptions", "debian-catalogs")
 SPLITS = ("train", "dev", "test")
-CACHE_VERSION = 1  # bump when the extraction or clean-up changes: cached pairs are rebuilt
+CACHE_VERSION = 2  # bump when the extraction or clean-up changes: cached pairs are rebuilt
 Reader = Callable[[str, Path | None], Iterator[tuple[str, str, str, str]]]
 READERS: dict[str, Reader] = {
     "debian-descriptions": lambda lang, cache: ddtp.rows(lang, cache),
     "debian-catalogs": lambda lang, cache: catalogs.rows(lang, cache=cache),
+}
+# {package: (version, licence)} of the packages a source reads (the descriptions' are apt's indices)
+PROVENANCE: dict[str, Callable[[Path | None], dict[str, tuple[str, str]]]] = {
+    "debian-catalogs": lambda cache: catalogs.packages(cache=cache),
 }
 
 
@@ -79,6 +84,9 @@ def build(languages: Sequence[str] = LANGUAGES, sources: Sequence[str] = SOURCES
                 continue
             report[name] = build_source(source, lang, cache)
             report_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        provenance = out / f"{source}.packages.tsv"
+        if source in PROVENANCE and (force or not provenance.exists()):
+            write_rows(provenance, [(name, *info) for name, info in sorted(PROVENANCE[source](cache).items())])
     return out
 
 

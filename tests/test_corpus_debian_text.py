@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli import UsageError
-from corpus import catalogs, clean, ddtp, debian_text
+from corpus import catalogs, clean, ddtp, debian, debian_text
 from tests.test_corpus_libreoffice import make_deb, mo_file
 
 
@@ -22,6 +22,8 @@ from tests.test_corpus_libreoffice import make_deb, mo_file
     ("Copied %1$d files to %2$s", "%1$d Dateien nach %2$s kopiert", "de", None),
     ("Remove {0} from $(ARG1)", "{0} aus $(ARG1) entfernen", "de", None),
     ("Remove {0}", "Entfernen", "de", "format strings differ"),
+    ("At most %(max)d digits", "Höchstens %(max)d Ziffern", "de", None),
+    ("At most %(max)d digits", "Höchstens %(limit)d Ziffern", "de", "format strings differ"),
     ("OK", "Dies ist eine sehr lange Übersetzung, die mit dem Original nichts zu tun hat.", "de", "length ratio"),
     ("The file is not in the list and it can not be opened.",
      "The file is not in the list and it can not be opened, sorry.", "de", "translation in another language"),
@@ -29,6 +31,7 @@ from tests.test_corpus_libreoffice import make_deb, mo_file
      "translation in another language"),
     ("...", "...", "de", "no letters"),
     ("Hello", "Привет", "de", "script"),
+    ("Mail is sent by smarthost.", "El correo se envÃ­a mediante un Â«smarthostÂ».", "es", "encoding"),
     ("", "Datei", "de", "empty"),
 ])
 def test_drop_reason(en: str, xx: str, lang: str, reason: str | None) -> None:
@@ -203,7 +206,10 @@ def test_pack_and_unpack_carry_the_pairs_to_another_cache(tmp_path: Path, monkey
     lists_folder(here)
     ddtp.descriptions.cache_clear()
     ddtp.package_sources.cache_clear()
-    monkeypatch.setitem(debian_text.READERS, "debian-catalogs", lambda lang, cache: iter(()))
+    monkeypatch.setattr(debian.shutil, "which", lambda _: None)  # nothing is downloaded in a test
+    for source in ("debian-catalogs",):  # its packages are not here
+        monkeypatch.setitem(debian_text.READERS, source, lambda lang, cache: iter(()))
+        monkeypatch.setitem(debian_text.PROVENANCE, source, lambda cache: {})
     monkeypatch.setenv("NMT_CACHE", str(here))
     archive = tmp_path / "corpus.tar.xz"
     assert build.main(["--sources", "debian", "--languages", "de", "--pack", str(archive)]) == 0

@@ -22,14 +22,22 @@ def ar_archive(members: dict[str, bytes]) -> bytes:
     return b"".join(out)
 
 
-def make_deb(path: Path, files: dict[str, bytes]) -> None:
+def tar_xz(files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:xz") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo("./" + name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    path.write_bytes(ar_archive({"debian-binary": b"2.0\n", "control.tar.xz": b"", "data.tar.xz": buf.getvalue()}))
+    return buf.getvalue()
+
+
+def make_deb(path: Path, files: dict[str, bytes], control: dict[str, bytes] | None = None) -> None:
+    """A .deb as dpkg-deb lays it out: ``debian-binary``, the control archive (``control``,
+    ``templates`` ...), then the data archive."""
+    control = control or {"control": f"Package: {path.name.split('_')[0]}\n".encode()}
+    path.write_bytes(ar_archive({"debian-binary": b"2.0\n", "control.tar.xz": tar_xz(control),
+                                 "data.tar.xz": tar_xz(files)}))
 
 
 def mo_file(entries: dict[str, str]) -> bytes:
