@@ -584,6 +584,39 @@ class Batch:
                 buf[to] = buf[of]
         return finished
 
+    def suspend(self, jobs: list[Job]) -> list[Suspended]:
+        """Take ``jobs`` out of the batch with everything their rows hold (their source's
+        cross-attention keys and values, their self-attention cache), so that ``resume`` puts
+        them back exactly where they stopped: a job's row reads its own slots and its own
+        source only, so what it decodes stays what it decodes alone (the scheduler makes room
+        this way for interactive work without recomputing anything)."""
+        out = []
+        for job in jobs:
+            rows = self.rows_of[job.id]
+            used, width = job.step, len(job.src)  # slot p holds position p; the source's own positions
+            s = int(self._sources(rows)[0])  # every row of a job reads the same source
+            encoded = Encoded([job], [k[s:s + 1, :, :, :width].copy() for k in self.cross_k],
+                              [v[s:s + 1, :, :width].copy() for v in self.cross_v],
+                              self.src_mask[rows[:1], :width].copy(), np.zeros(1, dtype=np.int64))
+            out.append(Suspended(encoded, [k[rows, :, :, :used].copy() for k in self.past_k],
+                                 [v[rows, :, :used].copy() for v in self.past_v], self.past_mask[rows, :used].copy()))
+        self.remove({j.id for j in jobs})
+        return out
+
+    def resume(self, suspended: list[Suspended]) -> None:
+        """Suspended jobs join again, each with the cache it left with (``suspend``)."""
+        if not suspended:
+            return
+        self.add([s.encoded for s in suspended])
+        self._fit_slots(max(s.mask.shape[1] for s in suspended))
+        for s in suspended:
+            rows, used = self.rows_of[s.encoded.jobs[0].id], s.mask.shape[1]
+            for buf, keys in zip(self.past_k, s.keys):
+                buf[rows, :, :, :used] = keys
+            for buf, values in zip(self.past_v, s.values):
+                buf[rows, :, :used] = values
+            self.past_mask[rows, :used] = s.mask
+
     def probe(self, job: Job) -> bool:
         """Run one job's rows alone through the decoder, changing nothing: does it succeed?"""
         rows = self.rows_of[job.id]
@@ -874,6 +907,16 @@ class Encoded(NamedTuple):
             out.append(Encoded([j for e in same for j in e.jobs], same[0].cross_k, same[0].cross_v, mask,
                                np.concatenate([e.rows for e in same])))
         return out
+
+
+class Suspended(NamedTuple):
+    """A job out of the batch (``Batch.suspend``): its source as one encoder row, and its rows'
+    self-attention cache in beam order, per decoder layer, over the slots it has used."""
+
+    encoded: Encoded
+    keys: list[np.ndarray]  # per layer (k, H, Dh, used slots)
+    values: list[np.ndarray]  # per layer (k, H, used slots, Dh)
+    mask: np.ndarray  # (k, used slots)
 
 
 # The encoder's cost is its padded size (rows x longest source), plus a fixed cost per run

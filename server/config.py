@@ -22,6 +22,9 @@ SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_senten
 MAX_BATCH_ROWS = 64
 MAX_TOKENS_IN_FLIGHT = 65536
 MAX_QUEUE = 1024
+# Rows of the batch while interactive work runs beside bulk work (server/scheduler.py): a step of 16
+# rows takes 2.6x one of 4, a step of 64 rows 8.4x (int8, one thread, docs/BENCHMARKS.md).
+INTERACTIVE_ROWS = 16
 METRICS_PORT = 9090
 # The graph variant served on the CPU, defined here once: the int8 graphs, which the README's
 # scores and the quality gate (tests/test_default_model.py) measure (within 0.21 BLEU of fp32 on
@@ -89,6 +92,9 @@ class ServerConfig(Settings):
     max_tokens_in_flight: int = setting(MAX_TOKENS_IN_FLIGHT, "source and output tokens held by the batch at once")
     max_queue: int = setting(MAX_QUEUE, "texts waiting to join the batch; beyond it a request gets "
                                    "RESOURCE_EXHAUSTED at once")
+    interactive_rows: int = setting(INTERACTIVE_ROWS, "rows of the batch while interactive work runs beside bulk "
+                                                      "work: bulk texts above it are suspended (kept, not "
+                                                      "recomputed) until the interactive work is done; 0: never")
     stream_window: int = setting(32, "requests of one stream decoded concurrently")
     lameduck_seconds: float = setting(0.0, "on SIGTERM, first keep accepting work this long while health "
                                             "says NOT_SERVING, so balancers that re-resolve names or probe "
@@ -127,8 +133,8 @@ class ServerConfig(Settings):
         out = []
         at_least = {"port": 0, "threads": 0, "max_texts": 1, "max_chars": 1, "max_tokens": 3,
                     "max_output_tokens": 1, "max_beam": 1, "max_message_bytes": 1024, "max_batch_rows": 1,
-                    "max_tokens_in_flight": 1, "max_queue": 1, "stream_window": 1, "max_concurrent_rpcs": 1,
-                    "max_streams": 1, "max_connections": 1}
+                    "max_tokens_in_flight": 1, "max_queue": 1, "interactive_rows": 0, "stream_window": 1,
+                    "max_concurrent_rpcs": 1, "max_streams": 1, "max_connections": 1}
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 out.append(f"{flag(name)} is {getattr(self, name)}; it must be at least {low}")

@@ -97,7 +97,8 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
             raise StartupError(f"model {name} ({package.path}) does not load: {e}") from None
         except Exception as e:  # a graph or tokenizer that does not load, whatever the library raises
             raise StartupError(f"model {name} ({package.path}) does not load: {first_line(e)}") from None
-        limits = SchedulerLimits(cfg.max_batch_rows, cfg.max_tokens_in_flight, cfg.max_queue)
+        limits = SchedulerLimits(cfg.max_batch_rows, cfg.max_tokens_in_flight, cfg.max_queue,
+                                 interactive_rows=cfg.interactive_rows)
         scheduler = Scheduler(runtime, limits, metrics, name)
         models[name] = LoadedModel(name, package, tokenizer, scheduler, RequestLimits.of(cfg, package))
         models[name].longest_piece_bytes  # noqa: B018  (computed once, before requests need it)

@@ -37,6 +37,8 @@ class Metrics:
         self.tokens_generated = Counter("nmt_tokens_generated", "Decoder tokens generated (all beams)", registry=r)
         self.in_flight = Gauge("nmt_in_flight_sequences", "Texts being decoded", ["model"], registry=r)
         self.queued = Gauge("nmt_queued_texts", "Texts waiting to join the batch", ["model"], registry=r)
+        self.suspended = Counter("nmt_suspended", "Bulk texts taken out of the batch (their caches kept) to give "
+                                 "interactive work the rows of a fast step", ["model"], registry=r)
         self.sentences = Counter("nmt_sentences", "Sentences translated (texts after sentence splitting; sentence "
                                  "cache hits too)", ["model"], registry=r)
         # Outputs that may be cut short: a rate above a few per thousand of nmt_sentences

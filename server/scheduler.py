@@ -24,9 +24,16 @@ ranks first by
      alone takes all of it (no row stays idle for a request that may come);
   3. turns: the request served longest ago (a newcomer: by arrival) first, round robin.
 A request's own jobs keep their order. The best-ranked job that does not fit waits for its
-rows and nothing jumps past it (a beam-4 job is not starved by one-row jobs). Nothing is
-preempted: a running job keeps its rows until it finishes, so a newcomer that ranks first
-waits until running jobs free its rows, not for the jobs queued before it. The stage holds
+rows and nothing jumps past it (a beam-4 job is not starved by one-row jobs). A running job
+keeps its rows until it finishes, with one exception: while interactive work is in the batch
+or ready to join it, bulk work holds at most ``interactive_rows`` rows less those the
+interactive work takes, but always one job (so a stream of interactive requests slows bulk
+work and never stops it). Bulk jobs above that are suspended, newest first
+(engine/decoding.py ``Batch.suspend``: their caches leave the batch intact, nothing is
+recomputed) and rejoin, before any new bulk job, once no interactive work is left. A step's cost grows with its
+rows (int8, one thread: 4 rows 6 ms, 16 rows 16 ms, 64 rows 51 ms), so a single sentence
+decodes at close to its idle speed beside a saturating bulk load, and bulk work gives up
+rows only while someone waits interactively. Device-resident batches (CUDA) do not suspend. The stage holds
 one batch's rows, and a request that holds no rows at all may stage its first job into a
 second batch's rows: a newcomer is encoded at once, not after the stage drains. Which jobs
 share a step never changes what a job decodes (engine/decoding.py: a text gives the tokens
@@ -48,9 +55,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from engine.decoding import Encoded, Job, encode_jobs, new_batch
+from engine.decoding import Encoded, Job, Suspended, encode_jobs, new_batch
 from engine.runtime import Runtime
-from server.config import MAX_BATCH_ROWS, MAX_QUEUE, MAX_TOKENS_IN_FLIGHT
+from server.config import INTERACTIVE_ROWS, MAX_BATCH_ROWS, MAX_QUEUE, MAX_TOKENS_IN_FLIGHT
 from server.metrics import Metrics
 
 log = logging.getLogger("nmt.server")
@@ -95,6 +102,9 @@ class SchedulerLimits:
     max_tokens_in_flight: int = MAX_TOKENS_IN_FLIGHT  # sum over running jobs of rows x (source + max output) tokens
     max_queue: int = MAX_QUEUE  # jobs waiting to join the batch
     bulk_wait: float = BULK_WAIT  # seconds before a bulk request ranks as an interactive one
+    # Rows of the batch while interactive work runs or is ready to join, bulk rows suspended above
+    # it (module docstring); 0: bulk work is never suspended.
+    interactive_rows: int = INTERACTIVE_ROWS
 
 
 @dataclass(eq=False)
@@ -149,6 +159,9 @@ class Scheduler:
         self._shares: list[Share] = []
         self._cond = threading.Condition()
         self._running: dict[int, Ticket] = {}
+        # Bulk jobs taken out of the batch for interactive work, oldest suspension first, with
+        # their caches (decoding thread only).
+        self._suspended: dict[int, tuple[Ticket, Suspended]] = {}
         self._batch = new_batch(runtime)
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"decode-{name}", daemon=True)
@@ -216,7 +229,13 @@ class Scheduler:
 
     @property
     def in_flight(self) -> int:
-        return len(self._running)
+        """Jobs in the batch or suspended from it."""
+        return len(self._running) + len(self._suspended)
+
+    @property
+    def suspended(self) -> int:
+        """Bulk jobs suspended for interactive work."""
+        return len(self._suspended)
 
     # ------------------------------------------------------------ the encoding thread
     def _encode_loop(self) -> None:
@@ -328,7 +347,7 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self.encoded and not self._running:
+                while not self._stopping and not self.encoded and not self._running and not self._suspended:
                     self._cond.wait()
                 if self._stopping:
                     break
@@ -345,7 +364,7 @@ class Scheduler:
         self._encoder.join()
         with self._cond:
             left = [*(t for s in self._shares for t in s.waiting), *(t for s in self._shares for t, _ in s.ready),
-                    *self._running.values()]
+                    *self._running.values(), *(t for t, _ in self._suspended.values())]
         for t in left:
             self._resolve(t, JobCancelled("the server stopped"))
 
@@ -364,28 +383,98 @@ class Scheduler:
         stopped = {jid: error for jid, t in self._running.items() if (error := t.stopped(now)) is not None}
         for t in self._leave(list(stopped)):
             self._resolve(t, stopped[t.job.id])
+        for jid, (t, _) in list(self._suspended.items()):
+            if (error := t.stopped(now)) is not None:
+                del self._suspended[jid]
+                t.share.running -= t.job.k
+                self._resolve(t, error)
 
-    def _next_to_admit(self, now: float) -> Share | None:
+    def _suspends(self) -> bool:
+        return self.limits.interactive_rows > 0 and hasattr(self._batch, "suspend")
+
+    def _bulk_allowance(self, ready_interactive: int) -> int | None:
+        """The rows bulk work may hold now: None when no interactive work runs or is ready to join
+        (``ready_interactive`` rows, under the lock), or when this batch never suspends."""
+        if not self._suspends():
+            return None
+        running = sum(t.job.k for t in self._running.values() if t.share.priority is Priority.INTERACTIVE)
+        if not running and not ready_interactive:
+            return None
+        joining = min(ready_interactive, self.limits.max_batch_rows - running)
+        return max(0, self.limits.interactive_rows - running - joining)
+
+    def _make_room(self, allowance: int | None) -> None:
+        """Suspend the newest bulk jobs in the batch until bulk work holds at most ``allowance``
+        rows or one job (decoding thread)."""
+        if allowance is None:
+            return
+        bulk = [t for t in self._running.values() if t.share.priority is Priority.BULK]  # in order of admission
+        rows = sum(t.job.k for t in bulk)
+        leaving: list[Ticket] = []
+        while len(bulk) > 1 and rows > allowance:
+            t = bulk.pop()
+            leaving.append(t)
+            rows -= t.job.k
+        if not leaving:
+            return
+        for t, state in zip(leaving, self._batch.suspend([t.job for t in leaving])):
+            del self._running[t.job.id]
+            self._suspended[t.job.id] = (t, state)
+        if self.metrics:
+            self.metrics.suspended.labels(self.name).inc(len(leaving))
+
+    def _resume(self, allowance: int | None) -> None:
+        """Suspended bulk jobs rejoin, oldest suspension first, while they fit: the batch's rows
+        and tokens, and ``allowance`` bulk rows (or one job) when interactive work runs (decoding thread)."""
+        rows = self._batch.n
+        tokens = sum(t.cost for t in self._running.values())
+        bulk_rows = sum(t.job.k for t in self._running.values() if t.share.priority is Priority.BULK)
+        back: list[tuple[Ticket, Suspended]] = []
+        for t, state in self._suspended.values():
+            k = t.job.k
+            if (rows + k > self.limits.max_batch_rows or tokens + t.cost > self.limits.max_tokens_in_flight
+                    or (allowance is not None and bulk_rows and bulk_rows + k > allowance)):
+                break
+            back.append((t, state))
+            rows, tokens, bulk_rows = rows + k, tokens + t.cost, bulk_rows + k
+        if not back:
+            return
+        for t, _ in back:  # running before they join: a failing resume fails them with the rest
+            del self._suspended[t.job.id]
+            self._running[t.job.id] = t
+        self._batch.resume([state for _, state in back])
+
+    def _next_to_admit(self, now: float, bulk: bool = True) -> Share | None:
         """The request whose next encoded job joins the batch next: the first by rank, rows
-        held counting those in the batch (under the lock)."""
-        ready = [s for s in self._shares if s.ready]
+        held counting those in the batch; only interactive ones unless ``bulk`` (under the lock)."""
+        ready = [s for s in self._shares if s.ready and (bulk or s.priority is Priority.INTERACTIVE)]
         return min(ready, key=lambda s: s.rank(now, self.limits.bulk_wait, s.running, s.admitted)) if ready else None
 
     def _admit(self) -> None:
         now = time.monotonic()
-        rows = self._batch.n
-        tokens = sum(t.cost for t in self._running.values())
         admitted: list[tuple[Ticket, Encoded]] = []
         with self._cond:
             # Whoever was cancelled or expired leaves first, wherever it waits in line.
             left = [t for s in self._shares for t in self._drop_stopped(s.ready, now, ticket_of=lambda entry: entry[0])]
             for t in left:
                 t.share.staged -= t.job.k
+            allowance = self._bulk_allowance(sum(t.job.k for s in self._shares if s.priority is Priority.INTERACTIVE
+                                                 for t, _ in s.ready))
+            self._make_room(allowance)
+            self._resume(allowance)
+            rows = self._batch.n
+            tokens = sum(t.cost for t in self._running.values())
+            bulk_rows = sum(t.job.k for t in self._running.values() if t.share.priority is Priority.BULK)
             # Job by job from the request that ranks first; the first that does not fit waits
-            # for its rows, and nothing passes it.
-            while (share := self._next_to_admit(now)) is not None:
+            # for its rows, and nothing passes it. New bulk work waits while bulk jobs are
+            # suspended (they rejoin first) and while interactive work leaves it no rows.
+            while (share := self._next_to_admit(now, bulk=not self._suspended and (
+                    allowance is None or not bulk_rows or bulk_rows < allowance))) is not None:
                 t, encoded = share.ready[0]
                 if rows + t.job.k > self.limits.max_batch_rows or tokens + t.cost > self.limits.max_tokens_in_flight:
+                    break
+                if (share.priority is Priority.BULK and allowance is not None and bulk_rows
+                        and bulk_rows + t.job.k > allowance):
                     break
                 share.ready.popleft()
                 share.staged -= t.job.k
@@ -394,6 +483,7 @@ class Scheduler:
                 admitted.append((t, encoded))
                 rows += t.job.k
                 tokens += t.cost
+                bulk_rows += t.job.k if share.priority is Priority.BULK else 0
             if admitted or left:
                 # Staged rows were freed, by admission or by jobs that left: the encoder may
                 # be asleep waiting for exactly that (a lost wake-up here stranded the queue).

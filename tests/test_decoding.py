@@ -125,6 +125,36 @@ def test_staggered_joins_mixed_greedy_and_beam_give_the_solo_results(setup):
         assert [h.tokens for h in j.result] == [h.tokens for h in s]
 
 
+def test_suspended_jobs_resume_where_they_stopped_and_decode_as_alone(setup):
+    """Jobs of every beam size leave the batch with their caches (Batch.suspend) at different
+    steps, stay out while others decode, and rejoin (Batch.resume), some into a batch of
+    another layout: each gives the tokens and scores it gives alone."""
+    rt, _, tok = setup
+    solo = [decode_all(rt, [job(tok, t, beam_size=1 + i % 3, n_best=2)])[0] for i, t in enumerate(TEXTS)]
+    jobs = [job(tok, t, beam_size=1 + i % 3, n_best=2) for i, t in enumerate(TEXTS)]
+    batch = Batch(rt)
+    batch.add(encode_jobs(rt, jobs))
+    out, steps, suspensions = [], 0, 0
+    while batch.jobs or out:
+        if steps % 3 == 1 and len(batch.jobs) > 1:  # the newest live jobs leave, every third step
+            leaving = [j for j in batch.jobs if not j.done][-2:]
+            out.extend(batch.suspend(leaving))
+            suspensions += len(leaving)
+            assert not {j.id for j in leaving} & {j.id for j in batch.jobs}
+        elif steps % 3 == 2 and out:  # and come back the next step, all of them
+            batch.resume(out)
+            out = []
+            for j in batch.jobs:  # tokens at their own positions, as alone
+                used = batch.past_mask[batch.rows_of[j.id]]
+                assert (used == (np.arange(used.shape[1]) < j.step)).all()
+        if batch.jobs:
+            batch.remove({j.id for j in batch.step()})
+        steps += 1
+    assert suspensions >= len(TEXTS)
+    for j, s in zip(jobs, solo):
+        assert [(h.tokens, h.score) for h in j.result] == [(h.tokens, h.score) for h in s]
+
+
 def test_banned_ids_are_never_output_alone_in_a_batch_or_in_the_resident_batch(setup, tiny_package):
     """A job's banned ids (the server's: language tags, control pieces, placeholders its source
     lacks) are never chosen, by greedy or beam search, on either batch; the other rows of the

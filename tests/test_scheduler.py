@@ -241,3 +241,101 @@ def test_a_requests_priority_goes_from_the_wire_to_the_scheduler(tiny_package):
         assert seen == [Priority.BULK, Priority.INTERACTIVE]
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------ bulk rows suspended for interactive work
+@contextlib.contextmanager
+def step_rows(runtime: Runtime) -> Iterator[list[int]]:
+    """The rows of every decoder step of ``runtime`` (host-memory batches), in order."""
+    seen: list[int] = []
+    wrapped = vars(runtime).get("step")  # slow_steps' wrapper, if any
+    inner = runtime.step
+
+    def record(input_ids, *args, **kwargs):
+        seen.append(len(input_ids))
+        return inner(input_ids, *args, **kwargs)
+
+    runtime.step = record
+    try:
+        yield seen
+    finally:
+        if wrapped is None:
+            del runtime.step
+        else:
+            runtime.step = wrapped
+
+
+def test_interactive_work_decodes_in_small_steps_beside_a_full_bulk_batch(runtime):
+    """Eight bulk jobs of 30 tokens fill the batch; an interactive one arrives. With
+    ``interactive_rows`` 2 it joins at once, seven bulk jobs are suspended and the steps hold
+    two rows until it is done; then they rejoin before new bulk work and every job decodes what
+    it decodes alone. With 0 it waits for the bulk jobs' rows, as before. Device-resident
+    batches never suspend."""
+    resident = runtime.resident
+    for interactive_rows in (2, 0):
+        metrics = Metrics()
+        with slow_steps(runtime), step_rows(runtime) as rows, running_scheduler(
+                runtime, metrics, max_batch_rows=8, max_queue=64, interactive_rows=interactive_rows) as s:
+            bulk = s.submit_all([job(30) for _ in range(8)], priority=Priority.BULK)
+            wait_until(lambda: s.in_flight == 8)
+            later = s.submit_all([job(5) for _ in range(4)], priority=Priority.BULK)
+            interactive = s.submit_all([job(10)])
+            order = finishing_order(bulk, interactive, later)
+            wait_until(lambda: s.in_flight == 0)
+        suspended = metrics.registry.get_sample_value("nmt_suspended_total", {"model": "tiny"})
+        first_later = min(order.index((2, i)) for i in range(4))
+        if interactive_rows and not resident:
+            assert order.index((1, 0)) == 0 and suspended == 7
+            # Ten steps of two rows (the interactive job and one bulk job), then all seven
+            # suspended jobs rejoin at once, before any later bulk job.
+            small = rows.index(2)
+            assert rows[small:small + 10] == [2] * 10 and rows[small + 10] == 8, rows
+            assert first_later > order.index((0, 0))  # it joins in the row the unsuspended job frees
+        else:
+            assert order.index((1, 0)) > 0 and not suspended and 2 not in rows[:20]
+        for t in [*bulk, *interactive, *later]:
+            assert t.future.result()[0].tokens == decode_all(runtime, [t.job])[0][0].tokens
+
+
+def test_a_suspended_job_that_is_cancelled_or_expires_leaves_at_once(runtime):
+    """A suspended bulk job's caller goes away, another's deadline passes: both are answered at
+    once, not when the interactive work that displaced them is done."""
+    if runtime.resident:
+        pytest.skip("device-resident batches do not suspend")
+    with slow_steps(runtime, 0.01), running_scheduler(runtime, max_batch_rows=4, max_queue=64,
+                                                      interactive_rows=1) as s:  # 250 steps: 2.5 s or more
+        start = time.monotonic()
+        kept = s.submit(job(250), priority=Priority.BULK)  # bulk work always keeps one job in the batch
+        cancelled = s.submit(job(250), priority=Priority.BULK)
+        expiring = s.submit(job(250), deadline=start + 1.0, priority=Priority.BULK)
+        wait_until(lambda: s.in_flight == 3)
+        interactive = s.submit(job(250))
+        wait_until(lambda: s.suspended == 2)
+        s.cancel(cancelled)
+        with pytest.raises(JobCancelled):
+            cancelled.future.result(timeout=10)
+        with pytest.raises(DeadlineExpired):
+            expiring.future.result(timeout=10)
+        assert time.monotonic() - start < 1.0 + 0.5 and not interactive.future.done()
+        assert s.suspended == 0 and s.in_flight == 2
+        for t in (interactive, kept):
+            assert t.future.result(timeout=60)[0].tokens == decode_all(runtime, [job(250)])[0][0].tokens
+
+
+def test_bulk_work_keeps_one_job_in_the_batch_while_interactive_work_takes_every_row(runtime):
+    """Bulk jobs run; a stream of interactive jobs arrives and takes every row it can (7 of 8)
+    for longer than the bulk work needs. Bulk work keeps one job in the batch and, whenever a
+    row frees up, a suspended job rejoins: the bulk request finishes before the stream ends,
+    with no age bound to help it (``bulk_wait`` infinite)."""
+    if runtime.resident:
+        pytest.skip("device-resident batches do not suspend")
+    with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=8, max_queue=64, interactive_rows=4,
+                                                bulk_wait=float("inf")) as s:
+        bulk = s.submit_all([job(10) for _ in range(4)], priority=Priority.BULK)
+        wait_until(lambda: s.in_flight == 4)
+        interactive = s.submit_all([job(40) for _ in range(24)])
+        wait_until(lambda: s.suspended == 3)
+        order = finishing_order(bulk, interactive)
+    assert max(order.index((0, i)) for i in range(4)) < order.index((1, 23))
+    for t in bulk:
+        assert t.future.result()[0].tokens == decode_all(runtime, [job(10)])[0][0].tokens

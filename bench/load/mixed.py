@@ -38,7 +38,7 @@ from corpus.bible import bible_pairs
 from nmt.v1 import translator_pb2 as pb
 from nmt.v1 import translator_pb2_grpc as pb_grpc
 from server.child import ServerProcess
-from server.config import MAX_BATCH_ROWS
+from server.config import INTERACTIVE_ROWS, MAX_BATCH_ROWS
 
 PRIORITIES = {"bulk": pb.PRIORITY_BULK, "interactive": pb.PRIORITY_INTERACTIVE}
 
@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="the server's --device (default cpu)")
     p.add_argument("--max-batch-rows", type=int, default=MAX_BATCH_ROWS,
                    help=f"the server's --max-batch-rows (default {MAX_BATCH_ROWS}, the server's)")
+    p.add_argument("--interactive-rows", type=int, default=INTERACTIVE_ROWS,
+                   help=f"the server's --interactive-rows (default {INTERACTIVE_ROWS}, the server's; 0: bulk rows are "
+                        "never suspended)")
     p.add_argument("--seconds", type=float, default=20.0, help="each phase's length (default 20)")
     p.add_argument("--interactive-clients", type=int, default=2, help="default 2")
     p.add_argument("--interactive-beam", type=int, default=4, help="default 4")
@@ -188,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", dest="out", type=Path, help="also write the figures here")
     args = p.parse_args(argv)
     sentences = [pair.src for pair in bible_pairs(("en-de",), "test")]
-    extra = ["--int8"] if args.int8 else []  # the cache is off in a ServerProcess: the scheduler is measured
+    # The cache is off in a ServerProcess: the scheduler is measured.
+    extra = [*(["--int8"] if args.int8 else []), "--interactive-rows", str(args.interactive_rows)]
     with ServerProcess(args.package, args.threads, max_batch_rows=args.max_batch_rows, device=args.device,
                        extra=extra) as server:
         idle, _ = asyncio.run(phase(server.address, args, sentences, interactive=True, bulk=False))
