@@ -29,14 +29,18 @@ _CHOICE_SPLIT = re.compile(r"(?<!\\),\s*")
 
 
 def candidates(lists: Path, max_size: int = MAX_SIZE) -> list[str]:
-    """Packages of apt's indices that depend on debconf (so may ship templates), smallest first."""
+    """Packages of apt's indices that depend on debconf (so may ship templates), smallest first;
+    none reserved for independent evaluation (GNOME's, FreeDict's: corpus/debian.py)."""
     found: dict[str, int] = {}
     for path in ddtp._index_files(lists, "*_binary-*_Packages*"):
         for st in ddtp.stanzas(ddtp._cat(path)):
             depends = st.get("Depends", "") + "," + st.get("Pre-Depends", "")
             size = int(st.get("Size", "0") or 0)
-            if st.get("Package") and _DEBCONF.search(depends) and size <= max_size:
-                found[st["Package"]] = min(size, found.get(st["Package"], size))
+            name = st.get("Package", "")
+            if debian.reserved(name, st.get("Maintainer", "")):
+                continue
+            if name and _DEBCONF.search(depends) and size <= max_size:
+                found[name] = min(size, found.get(name, size))
     return sorted(found, key=lambda name: (found[name], name))
 
 

@@ -26,6 +26,18 @@ DOWNLOAD_BATCH = 40  # packages per ``apt-get download`` call
 _VERSION = re.compile(r"^[^_]+_([^_]+)_")
 
 
+# Reserved for independent evaluation, never downloaded or read: GNOME's user documentation (its
+# help pages ride inside GNOME's packages, so those are left out whole) and every FreeDict
+# dictionary. Readers that choose packages from apt's indices also leave out what the GNOME team
+# maintains (``reserved_maintainer``).
+RESERVED = re.compile(r"freedict|gnome|yelp|^gdm3$")
+
+
+def reserved(name: str, maintainer: str = "") -> bool:
+    """Whether a package is reserved for independent evaluation (by name, or by its maintainer)."""
+    return bool(RESERVED.search(name)) or "GNOME" in maintainer
+
+
 class PackageUnavailable(UsageError):
     """apt-get is here but could not download the package (not in this release's indices)."""
 
@@ -69,7 +81,7 @@ def fetch_debs(names: Iterable[str], cache: Path | None = None) -> dict[str, Pat
     named on stderr and left out."""
     debs = (cache or cache_dir()) / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    names = list(dict.fromkeys(names))
+    names = [n for n in dict.fromkeys(names) if not reserved(n)]
     missing = [n for n in names if find_deb(n, debs) is None]
     if missing and shutil.which("apt-get"):
         for i in range(0, len(missing), DOWNLOAD_BATCH):
@@ -91,6 +103,8 @@ def fetch_debs(names: Iterable[str], cache: Path | None = None) -> dict[str, Pat
 
 def fetch_deb(name: str, cache: Path | None = None) -> Path:
     """The .deb of package ``name`` in the cache, downloaded with ``apt-get download`` if absent."""
+    if reserved(name):
+        raise UsageError(f"Debian package {name} is reserved for independent evaluation and is never read")
     debs = (cache or cache_dir()) / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     found = find_deb(name, debs)

@@ -47,6 +47,12 @@ Package: plain
 Version: 1.0
 Depends: libc6, debconf-utils
 Size: 100
+
+Package: gdm
+Version: 43.0-3
+Maintainer: Debian GNOME Maintainers <pkg-gnome-maintainers@lists.alioth.debian.org>
+Depends: debconf (>= 0.5) | debconf-2.0
+Size: 1000
 """
 
 
