@@ -1,9 +1,10 @@
 """Debian's human translations as training, dev and test pairs: the translated package
 descriptions (``debian-descriptions``, corpus/ddtp.py), the message catalogs programs and games
 ship (``debian-catalogs``, corpus/catalogs.py), the debconf templates packages ask their
-questions with (``debian-debconf``, corpus/debconf.py) and the translated manuals
-(``debian-manuals``, corpus/manuals.py), cleaned (corpus/clean.py) and split by package (the
-manuals by page) so nothing leaks.
+questions with (``debian-debconf``, corpus/debconf.py), the translated manuals
+(``debian-manuals``, corpus/manuals.py) and manual pages (``debian-manpages``,
+corpus/manpages.py), cleaned (corpus/clean.py) and split by package (the manuals and manual
+pages by page) so nothing leaks.
 
     python -m corpus.build --sources debian     # fetch, clean, split; prints the report
 
@@ -21,14 +22,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from cli import UsageError
-from corpus import catalogs, ddtp, debconf, debian, manuals
+from corpus import catalogs, ddtp, debconf, debian, manpages, manuals
 from corpus.bible import Pair
 from corpus.clean import dedup, drop_reason, near_key
 from corpus.tsv import directed_pairs, write_rows
 from corpus.tsv import read_rows as read_tsv
 
 LANGUAGES = ("de", "fr", "es")
-SOURCES = ("debian-descriptions", "debian-catalogs", "debian-debconf", "debian-manuals")
+SOURCES = ("debian-descriptions", "debian-catalogs", "debian-debconf", "debian-manuals", "debian-manpages")
 SPLITS = ("train", "dev", "test")
 CACHE_VERSION = 2  # bump when the extraction or clean-up changes: cached pairs are rebuilt
 Reader = Callable[[str, Path | None], Iterator[tuple[str, str, str, str]]]
@@ -37,12 +38,14 @@ READERS: dict[str, Reader] = {
     "debian-catalogs": lambda lang, cache: catalogs.rows(lang, cache=cache),
     "debian-debconf": debconf.rows,
     "debian-manuals": manuals.rows,
+    "debian-manpages": manpages.rows,
 }
 # {package: (version, licence)} of the packages a source reads (the descriptions' are apt's indices)
 PROVENANCE: dict[str, Callable[[Path | None], dict[str, tuple[str, str]]]] = {
     "debian-catalogs": lambda cache: catalogs.packages(cache=cache),
     "debian-debconf": debconf.packages,
     "debian-manuals": manuals.packages,
+    "debian-manpages": manpages.packages,
 }
 
 

@@ -177,7 +177,7 @@ def test_build_writes_splits_and_a_report(tmp_path: Path, monkeypatch: pytest.Mo
     assert [(p.direction, p.src, p.tgt, p.key) for p in pairs] == [
         ("de-en", "ein anderes Werkzeug", "another tool", "bar/bar@0.9")]
     with pytest.raises(UsageError, match="'debian-ddtp' is not one of debian-descriptions, debian-catalogs, "
-                                         "debian-debconf, debian-manuals"):
+                                         "debian-debconf, debian-manuals, debian-manpages"):
         debian_text.build(["de"], ["debian-ddtp"], cache=tmp_path)
 
 
@@ -208,7 +208,7 @@ def test_pack_and_unpack_carry_the_pairs_to_another_cache(tmp_path: Path, monkey
     ddtp.descriptions.cache_clear()
     ddtp.package_sources.cache_clear()
     monkeypatch.setattr(debian.shutil, "which", lambda _: None)  # nothing is downloaded in a test
-    for source in ("debian-catalogs", "debian-debconf", "debian-manuals"):  # their packages are not here
+    for source in ("debian-catalogs", "debian-debconf", "debian-manuals", "debian-manpages"):  # not here
         monkeypatch.setitem(debian_text.READERS, source, lambda lang, cache: iter(()))
         monkeypatch.setitem(debian_text.PROVENANCE, source, lambda cache: {})
     monkeypatch.setenv("NMT_CACHE", str(here))
