@@ -30,8 +30,9 @@ BUILDERS = ("libreoffice", "debian")
 
 
 def pack(path: Path, folders: list[Path]) -> None:
-    """The built pairs (TSV, stats and reports) as one xz-compressed tar: about 14 MB for every
-    source and language, small enough to travel with a checkout to a host without apt."""
+    """The built pairs (TSV, stats, reports and package lists) as one xz-compressed tar, small enough
+    to travel with a checkout to a host without apt: Debian's five sources alone make about 30 MB
+    (163 MB of TSV; packing them takes about 4 minutes on one core)."""
     with tarfile.open(path, "w:xz") as tar:
         for folder in folders:
             tar.add(folder, arcname=folder.name)
