@@ -31,7 +31,7 @@ from corpus.tsv import read_rows as read_tsv
 LANGUAGES = ("de", "fr", "es")
 SOURCES = ("debian-descriptions", "debian-catalogs", "debian-debconf", "debian-manuals", "debian-manpages")
 SPLITS = ("train", "dev", "test")
-CACHE_VERSION = 2  # bump when the extraction or clean-up changes: cached pairs are rebuilt
+CACHE_VERSION = 3  # bump when the extraction or clean-up changes: cached pairs are rebuilt
 Reader = Callable[[str, Path | None], Iterator[tuple[str, str, str, str]]]
 READERS: dict[str, Reader] = {
     "debian-descriptions": lambda lang, cache: ddtp.rows(lang, cache),

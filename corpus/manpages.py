@@ -1,7 +1,8 @@
 """Translated manual pages: manpages-l10n's German, French and Spanish pages (``manpages-de``,
 ``manpages-de-dev``, ... ) against their English originals in the packages that ship them
 (the Linux man-pages project's ``manpages`` and ``manpages-dev``, and the common tools listed
-in ``ENGLISH``).
+in ``ENGLISH``), and the pages of the packages that ship their own translations (``OWN``: dpkg,
+apt, debhelper, devscripts, po4a ...) against the English pages beside them.
 
 manpages-l10n translates with po4a, which keeps a page's structure macros (``.SH``, ``.SS``,
 ``.PP``, ``.TP``, ``.IP`` ...) and adds a translators' section at the end. A page is aligned
@@ -27,7 +28,10 @@ LABEL = "manpages"
 # Where the English originals are: the Linux man-pages project and the commonest tools
 ENGLISH = ("manpages", "manpages-dev", "coreutils", "util-linux", "procps", "findutils", "grep", "sed", "tar",
            "gzip", "passwd", "login", "psmisc", "diffutils", "man-db", "less", "e2fsprogs", "bsdutils", "mount",
-           "dpkg", "apt", "debianutils", "sysvinit-utils", "kmod", "iproute2", "cron", "xz-utils", "bzip2")
+           "dpkg", "apt", "debianutils", "sysvinit-utils", "kmod", "iproute2", "cron", "xz-utils", "bzip2", "debconf")
+# Packages that ship their pages translated (po4a) beside the English ones
+OWN = ("man-db", "apt", "apt-utils", "apt-listchanges", "procps", "psmisc", "xz-utils", "dpkg", "dpkg-dev",
+       "debconf-i18n", "debconf-utils", "debhelper", "debianutils", "devscripts", "adduser", "login", "passwd", "po4a")
 STRUCTURE = {"SH": "SH", "SS": "SS", "PP": "PP", "P": "PP", "LP": "PP", "TP": "TP", "IP": "IP", "HP": "HP",
              "TQ": "TQ"}
 NO_FILL = {"nf": "fi", "EX": "EE", "TS": "TE", "EQ": "EN", "de": "..", "ig": ".."}
@@ -153,7 +157,7 @@ def translation_packages(lang: str) -> tuple[str, str]:
 
 def packages(cache: Path | None = None) -> dict[str, tuple[str, str]]:
     """{package: (version, licence)} of the translations' and the originals' packages."""
-    names = [*ENGLISH, *(p for lang in LANGUAGES for p in translation_packages(lang))]
+    names = [*ENGLISH, *OWN, *(p for lang in LANGUAGES for p in translation_packages(lang))]
     out = {}
     for package, deb in debian.fetch_debs(names, cache).items():
         root = debian.extracted(package, _wanted, LABEL, cache)
@@ -164,13 +168,15 @@ def packages(cache: Path | None = None) -> dict[str, tuple[str, str]]:
 def rows(lang: str, cache: Path | None = None) -> Iterator[tuple[str, str, str, str]]:
     """(split, key, English, translation) of every translated page with an English original."""
     english = english_pages(cache)
-    for package, deb in debian.fetch_debs(translation_packages(lang), cache).items():
+    for package, deb in debian.fetch_debs((*translation_packages(lang), *OWN), cache).items():
         root = debian.extracted(package, _wanted, LABEL, cache)
         version = debian.package_version(deb)
+        beside = man_pages(root)  # English pages in the same package: the same version
         for page, path in man_pages(root, lang).items():
-            if page not in english:
+            original = beside.get(page) or english.get(page, (None, ""))[0]
+            if original is None:
                 continue
             key = f"{package}@{version}:{page.removesuffix('.gz')}"
             split = clean.split_of(f"manpage:{page}")
-            for en, xx in page_pairs(read_page(english[page][0]), read_page(path)):
+            for en, xx in page_pairs(read_page(original), read_page(path)):
                 yield split, key, en, xx

@@ -83,6 +83,7 @@ def test_pages_align_where_the_translation_keeps_the_structure() -> None:
 def test_rows_from_real_debs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(debian.shutil, "which", lambda _: None)
     monkeypatch.setattr(manpages, "ENGLISH", ("coreutils",))
+    monkeypatch.setattr(manpages, "OWN", ("dpkg",))
     (tmp_path / "debs").mkdir()
     english = {"usr/share/man/man1/ls.1.gz": gzip.compress(EN.encode()),
                "usr/share/man/man1/dir.1.gz": gzip.compress(EN.encode())}
@@ -91,8 +92,12 @@ def test_rows_from_real_debs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         "usr/share/man/de/man1/ls.1.gz": gzip.compress(DE.encode()),
         "usr/share/man/de/man1/cp.1.gz": gzip.compress(DE.encode()),  # no English original here
         "usr/share/doc/manpages-de/copyright": b"Format: x\n\nFiles: *\nLicense: GPL-3+\n"})
+    make_deb(tmp_path / "debs" / "dpkg_1.21.23_amd64.deb", {  # its own translation beside the English page
+        "usr/share/man/man1/dpkg.1.gz": gzip.compress(EN.encode()),
+        "usr/share/man/de/man1/dpkg.1.gz": gzip.compress(DE.encode())})
     rows = list(manpages.rows("de", tmp_path))
-    assert {(split, key) for split, key, _, _ in rows} == {(clean.split_of("manpage:man1/ls.1.gz"),
-                                                            "manpages-de@4.18.1-1:man1/ls.1")}
-    assert len(rows) == len(manpages.page_pairs(EN, DE))
+    assert {(split, key) for split, key, _, _ in rows} == {
+        (clean.split_of("manpage:man1/ls.1.gz"), "manpages-de@4.18.1-1:man1/ls.1"),
+        (clean.split_of("manpage:man1/dpkg.1.gz"), "dpkg@1.21.23:man1/dpkg.1")}
+    assert len(rows) == 2 * len(manpages.page_pairs(EN, DE))
     assert manpages.packages(tmp_path)["manpages-de"] == ("4.18.1-1", "GPL-3+")
