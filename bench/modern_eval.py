@@ -9,7 +9,13 @@ Test sets, en<->de/fr/es (``--splits``, comma-separated):
 - ``descriptions``: Debian's translated package descriptions, whole source packages held out
   (``corpus.debian_text``);
 - ``catalogs``: programs' and games' message catalogs, whole packages held out (a Wesnoth
-  campaign's dialogue, a terminal's and an editor's UI messages; ``corpus.catalogs``);
+  campaign's dialogue, a terminal's and an editor's UI messages, command-line tools' messages;
+  ``corpus.catalogs``);
+- ``debconf``: the questions packages ask at installation, whole source packages held out
+  (``corpus.debconf``);
+- ``manuals``: the Debian Reference and the Debian Administrator's Handbook, whole pages held
+  out (``corpus.manuals``);
+- ``manpages``: translated manual pages, whole pages held out (``corpus.manpages``);
 - ``everyday``: short everyday phrases (greetings, e-mail, requests, dates, prices, units,
   instructions) with references written for the purpose (``bench/data/everyday.tsv``).
 
@@ -63,8 +69,8 @@ from corpus.bible import Pair
 
 PROG = "python -m bench.modern_eval"
 DIRECTIONS = ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")
-SPLITS = ("modern", "bible", "descriptions", "catalogs", "everyday")
-DEBIAN_SPLITS = {"descriptions": "debian-descriptions", "catalogs": "debian-catalogs"}
+SPLITS = ("modern", "bible", "descriptions", "catalogs", "debconf", "manuals", "manpages", "everyday")
+DEBIAN_SPLITS = {name: f"debian-{name}" for name in ("descriptions", "catalogs", "debconf", "manuals", "manpages")}
 EVERYDAY = Path(__file__).parent / "data" / "everyday.tsv"
 MODERN_SOURCE = "libreoffice-help"
 APERTIUM_MODES = {"en-es": "eng-spa", "es-en": "spa-eng"}
@@ -312,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--directions", default=",".join(DIRECTIONS), help="directions, comma-separated")
     p.add_argument("--splits", default="modern", help="test sets, comma-separated: modern (LibreOffice help), "
                    "bible (John), descriptions (Debian's package descriptions), catalogs (programs' and games' "
-                   "messages), everyday (short everyday phrases)")
+                   "messages), debconf (installation questions), manuals (Debian's manuals), manpages (manual "
+                   "pages), everyday (short everyday phrases)")
     p.add_argument("--limit", type=int, default=0, help="first N lines per direction and split (0: all)")
     p.add_argument("--no-apertium", action="store_true", help="skip Apertium (en-es, es-en)")
     p.add_argument("--json", type=Path, help="write the scores and every output here")

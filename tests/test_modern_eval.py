@@ -142,3 +142,13 @@ def test_the_everyday_phrase_list_covers_every_direction():
     assert (en_de[0].src, en_de[0].tgt, en_de[0].key) == ("Hello!", "Hallo!", "greeting:0")
     assert (de_en[0].src, de_en[0].tgt) == ("Hallo!", "Hello!")
     assert all(p.src and p.tgt and "\t" not in p.src + p.tgt for pairs in sets.values() for p in pairs)
+
+
+def test_every_debian_source_is_a_test_split():
+    """Each Debian source the corpus builds (corpus.debian_text.SOURCES) is scored by its own
+    split name, and every split name is a source: a new source is in the yardstick at once."""
+    from bench.modern_eval import DEBIAN_SPLITS, SPLITS
+    from corpus.debian_text import SOURCES
+
+    assert sorted(DEBIAN_SPLITS.values()) == sorted(SOURCES)
+    assert set(DEBIAN_SPLITS) <= set(SPLITS)
