@@ -1,4 +1,6 @@
-"""Shared fixtures: a small real SentencePiece model and a small parallel corpus on disk."""
+"""Shared fixtures: a small real SentencePiece model and a small parallel corpus on disk; tiny trained
+models, their packages, and small Hugging Face models with their imports, each built once per test
+session however many modules and pytest-xdist workers use it (tests/shared_builds.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.shared_builds import built_once, small_marian
 from training.data import clean, load_bible, split_of
 from training.tokenizer import Tokenizer, train_tokenizer
 
@@ -48,39 +51,42 @@ def toy_corpus(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory, toy_corpus) -> Path:
+def tiny_checkpoint(tmp_path_factory, worker_id, toy_corpus) -> Path:
     """A small model (d_model 64, 2+2 layers) trained for 600 steps (about 20 s) on the copy
     task in both directions: it emits real, varied token sequences (and sometimes loops until
-    the length limit), which parity and serving tests need."""
+    the length limit), which parity and serving tests need. Built once per session
+    (tests/shared_builds.py), as are the packages below: tests read them, never write them."""
     from training.config import DataConfig, ModelConfig, RunConfig, TrainConfig
     from training.train import train
 
-    out = tmp_path_factory.mktemp("tiny_run")
-    cfg = RunConfig(
-        model=ModelConfig(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=128, dropout=0.0,
-                          max_positions=256),
-        # No byte fallback: 256 byte pieces would leave a 400-piece vocabulary few real ones (the
-        # copy task then needs far more steps); the placeholder symbols are in (tests/test_placeholders.py).
-        data=DataConfig(corpus="files", directions=("en-de", "de-en"), vocab_size=400, byte_fallback=False,
-                        train_files={"en-de": str(toy_corpus["copy_en"]), "de-en": str(toy_corpus["copy_de"])}),
-        train=TrainConfig(batch_tokens=2000, max_steps=600, warmup_steps=100, log_every=100, eval_every=0,
-                          save_every=0, average_last=0, device="cpu", threads=1),
-    )
-    train(cfg, out)
-    return out / "checkpoints" / "step_00000600.pt"
+    def build(out: Path) -> None:
+        cfg = RunConfig(
+            model=ModelConfig(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=128, dropout=0.0,
+                              max_positions=256),
+            # No byte fallback: 256 byte pieces would leave a 400-piece vocabulary few real ones (the
+            # copy task then needs far more steps); the placeholder symbols are in (tests/test_placeholders.py).
+            data=DataConfig(corpus="files", directions=("en-de", "de-en"), vocab_size=400, byte_fallback=False,
+                            train_files={"en-de": str(toy_corpus["copy_en"]), "de-en": str(toy_corpus["copy_de"])}),
+            train=TrainConfig(batch_tokens=2000, max_steps=600, warmup_steps=100, log_every=100, eval_every=0,
+                              save_every=0, average_last=0, device="cpu", threads=1),
+        )
+        train(cfg, out)
+
+    return built_once(tmp_path_factory, worker_id, "tiny_run", build) / "checkpoints" / "step_00000600.pt"
 
 
 @pytest.fixture(scope="session")
-def tiny_package(tmp_path_factory, tiny_checkpoint) -> Path:
+def tiny_package(tmp_path_factory, worker_id, tiny_checkpoint) -> Path:
     from export.onnx_export import export_checkpoint
 
-    out = tmp_path_factory.mktemp("pkg") / "tiny"
-    export_checkpoint(tiny_checkpoint, out, int8=True, fp16=True, log=lambda _: None)
-    return out
+    def build(out: Path) -> None:
+        export_checkpoint(tiny_checkpoint, out / "tiny", int8=True, fp16=True, log=lambda _: None)
+
+    return built_once(tmp_path_factory, worker_id, "tiny_package", build) / "tiny"
 
 
 @pytest.fixture(scope="session")
-def tiny_fr_package(tmp_path_factory) -> Path:
+def tiny_fr_package(tmp_path_factory, worker_id) -> Path:
     """A second tiny model, English <-> French (the copy task of ``tiny_checkpoint``, its own
     tokenizer), exported int8: with ``tiny_package`` (English <-> German) a server holds two
     models and translates German <-> French only through English (server/pivot.py)."""
@@ -88,21 +94,66 @@ def tiny_fr_package(tmp_path_factory) -> Path:
     from training.config import DataConfig, ModelConfig, RunConfig, TrainConfig
     from training.train import train
 
-    d = tmp_path_factory.mktemp("corpus_fr")
-    en = [s for s in bible_sentences("4", 3000) if len(s) < 100][:1500]
-    fr = [s for s in bible_sentences("l", 3000) if len(s) < 100][:1500]
-    (d / "copy_en.tsv").write_text("".join(f"{s}\t{s}\n" for s in en))
-    (d / "copy_fr.tsv").write_text("".join(f"{s}\t{s}\n" for s in fr))
-    out = tmp_path_factory.mktemp("tiny_fr_run")
-    cfg = RunConfig(
-        model=ModelConfig(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=128, dropout=0.0,
-                          max_positions=256),
-        data=DataConfig(corpus="files", directions=("en-fr", "fr-en"), vocab_size=400, byte_fallback=False,
-                        train_files={"en-fr": str(d / "copy_en.tsv"), "fr-en": str(d / "copy_fr.tsv")}),
-        train=TrainConfig(batch_tokens=2000, max_steps=400, warmup_steps=100, log_every=100, eval_every=0,
-                          save_every=0, average_last=0, device="cpu", threads=1),
-    )
-    train(cfg, out)
-    package = tmp_path_factory.mktemp("pkg_fr") / "tiny-fr"
-    export_checkpoint(out / "checkpoints" / "step_00000400.pt", package, int8=True, log=lambda _: None)
-    return package
+    def build(root: Path) -> None:
+        d = root / "corpus"
+        d.mkdir()
+        en = [s for s in bible_sentences("4", 3000) if len(s) < 100][:1500]
+        fr = [s for s in bible_sentences("l", 3000) if len(s) < 100][:1500]
+        (d / "copy_en.tsv").write_text("".join(f"{s}\t{s}\n" for s in en))
+        (d / "copy_fr.tsv").write_text("".join(f"{s}\t{s}\n" for s in fr))
+        out = root / "run"
+        cfg = RunConfig(
+            model=ModelConfig(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=128, dropout=0.0,
+                              max_positions=256),
+            data=DataConfig(corpus="files", directions=("en-fr", "fr-en"), vocab_size=400, byte_fallback=False,
+                            train_files={"en-fr": str(d / "copy_en.tsv"), "fr-en": str(d / "copy_fr.tsv")}),
+            train=TrainConfig(batch_tokens=2000, max_steps=400, warmup_steps=100, log_every=100, eval_every=0,
+                              save_every=0, average_last=0, device="cpu", threads=1),
+        )
+        train(cfg, out)
+        export_checkpoint(out / "checkpoints" / "step_00000400.pt", root / "pkg" / "tiny-fr", int8=True,
+                          log=lambda _: None)
+
+    return built_once(tmp_path_factory, worker_id, "tiny_fr", build) / "pkg" / "tiny-fr"
+
+
+# ---------------------------------------------------------------- Hugging Face models (nmt-import)
+# Random weights (bench/peers/hf_models.py), as save_pretrained writes them, and their imports;
+# shared by tests/test_hf_import.py, test_hf_hub.py and test_glossary.py, built once per session.
+
+@pytest.fixture(scope="session")
+def marian_dir(tmp_path_factory, worker_id) -> Path:
+    """An OPUS-MT-shaped en-de directory: bench/peers/hf_models.py's tiny Marian."""
+    from bench.peers.hf_models import make_marian
+
+    return built_once(tmp_path_factory, worker_id, "marian_dir",
+                      lambda out: make_marian(out / "opus-mt-en-de")) / "opus-mt-en-de"
+
+
+@pytest.fixture(scope="session")
+def marian(tmp_path_factory, worker_id, marian_dir):
+    """(``marian_dir``, its import with int8 graphs as a ModelPackage)."""
+    from engine.package import ModelPackage
+    from export.hf_import import import_model
+
+    root = built_once(tmp_path_factory, worker_id, "marian_package",
+                      lambda out: import_model(marian_dir, out / "package", int8=True, log=lambda *_: None))
+    return marian_dir, ModelPackage.load(root / "package")
+
+
+@pytest.fixture(scope="session")
+def sharp_dir(tmp_path_factory, worker_id) -> Path:
+    """The small Marian model (tests/shared_builds.py's small_marian): its outputs run into the hundreds."""
+    return built_once(tmp_path_factory, worker_id, "sharp_dir",
+                      lambda out: small_marian(out / "opus-mt-small")) / "opus-mt-small"
+
+
+@pytest.fixture(scope="session")
+def sharp(tmp_path_factory, worker_id, sharp_dir):
+    """(``sharp_dir``, its import as a ModelPackage)."""
+    from engine.package import ModelPackage
+    from export.hf_import import import_model
+
+    root = built_once(tmp_path_factory, worker_id, "sharp_package",
+                      lambda out: import_model(sharp_dir, out / "package", log=lambda *_: None))
+    return sharp_dir, ModelPackage.load(root / "package")

@@ -360,25 +360,16 @@ def test_terms_over_the_limits_are_invalid_argument_with_the_exact_message(serve
 
 # ------------------------------------------------------------------ an imported model (no placeholder symbols)
 
-@pytest.fixture(scope="module")
-def marian(tmp_path_factory):
-    """A Marian-shaped model (random weights, bench/peers/hf_models.py) imported as nmt-import does."""
-    from bench.peers.hf_models import make_marian
-    from export.hf_import import import_model
-
-    root = tmp_path_factory.mktemp("marian")
-    return import_model(make_marian(root / "opus-mt-en-de"), root / "package", int8=True, log=lambda *_: None)
-
-
 def test_an_imported_model_gets_its_terms_by_attention(marian):
     """Its tokenizer (source.spm, vocab.json) has no placeholders: every term is placed by the
     attention. Random weights write anything, often nothing: an answer holds the forced term once,
     or (nothing to put it on) is the sentence as it was sent; never a placeholder."""
     from bench.peers.hf_models import parallel_lines
 
+    package = marian[1]  # (directory, package): a Marian-shaped model imported as nmt-import does (conftest.py)
     english, _ = parallel_lines("de")
     texts = [t for t in english if ". " not in t.rstrip(".") and count(t.lower(), "the") >= 1][:8]
-    s = ServerThread(marian.path, model=(f"tiny={marian.path}",))
+    s = ServerThread(package.path, model=(f"tiny={package.path}",))
     try:
         model = s.running.models["tiny"]
         assert not model.protector.enabled

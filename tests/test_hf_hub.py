@@ -14,7 +14,7 @@ import pytest
 
 from export.hf_import import import_model, main
 from export.hub import ImportRefused, fetch, hub_id, weight_files
-from tests.test_hf_import import engine_decode, sharp  # noqa: F401  (sharp: the directory import, a fixture)
+from tests.test_hf_import import engine_decode
 
 REPO, SHA = "tiny-org/opus-mt-en-de", "0123456789abcdef0123456789abcdef01234567"
 
@@ -95,8 +95,8 @@ class Hub:
 
 
 @pytest.fixture
-def hub(sharp, tmp_path, monkeypatch):  # noqa: F811
-    hf_dir = sharp[0]
+def hub(sharp_dir, tmp_path, monkeypatch):
+    hf_dir = sharp_dir
     files = {p.name: p.read_bytes() for p in hf_dir.iterdir() if p.is_file()}
     files["tf_model.h5"] = b"not fetched"  # files the import does not read stay on the hub
     files["pytorch_model.bin"] = b"not fetched either: model.safetensors is there"
@@ -110,7 +110,7 @@ def hub(sharp, tmp_path, monkeypatch):  # noqa: F811
     server.close()
 
 
-def test_a_model_id_imports_as_its_directory_does(hub, sharp, tmp_path, monkeypatch):  # noqa: F811
+def test_a_model_id_imports_as_its_directory_does(hub, sharp, tmp_path, monkeypatch):
     hf_dir, from_dir = sharp
     package = import_model(REPO, tmp_path / "by-id", log=lambda *_: None)
     snapshot = tmp_path / "hf-home" / "hub" / "models--tiny-org--opus-mt-en-de" / "snapshots" / SHA

@@ -8,12 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
 import torch
-from transformers import M2M100ForConditionalGeneration, MarianConfig, MarianMTModel, MarianTokenizer, NllbTokenizer
+from transformers import M2M100ForConditionalGeneration, MarianMTModel, MarianTokenizer, NllbTokenizer
 
 from bench import nmt_bench
-from bench.peers.hf_models import SEED, hf_generate, make_marian, make_nllb, parallel_lines, randomize, train_spm
+from bench.peers.hf_models import hf_generate, make_nllb, parallel_lines
 from engine.decoding import DecodeOptions, Job, decode_all
 from engine.defaults import default_max_len
 from engine.package import ModelPackage
@@ -21,16 +20,10 @@ from engine.runtime import Runtime, RuntimeOptions
 from export.hf_import import ImportRefused, import_model, main
 from nmt.v1 import translator_pb2 as pb
 from tests.server_harness import ServerThread, request
+from tests.shared_builds import small_marian
 
 LIMIT = 24  # output tokens per source in the parity checks
-
-
-@pytest.fixture(scope="module")
-def marian(tmp_path_factory):
-    root = tmp_path_factory.mktemp("marian")
-    hf_dir = make_marian(root / "opus-mt-en-de")
-    package = import_model(hf_dir, root / "package", int8=True, log=lambda *_: None)
-    return hf_dir, package
+# marian and sharp, (a Hugging Face directory, its import), are tests/conftest.py's: other modules use them too.
 
 
 @pytest.fixture(scope="module")
@@ -244,42 +237,6 @@ def test_nmt_bench_measures_an_imported_model_against_its_peers(architecture, re
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def small_marian(out: Path, layers: int = 2, seed: int = SEED) -> Path:
-    """An OPUS-MT-shaped Marian directory at the size people try first: d_model 64, ``layers`` +
-    ``layers``, swish, a 38-piece vocabulary over a few short sentences, random weights."""
-    work = out / ".spm"
-    work.mkdir(parents=True)
-    english = ["the cat sat on the mat", "a dog ate the hat", "the man can see a cat", "no one sat on a hat"] * 5
-    german = ["die katze sass auf der matte", "ein hund ass den hut", "der mann sieht eine katze",
-              "keiner sass auf dem hut"] * 5
-    models = [train_spm(lines, work / name, 29, bos_id=-1, eos_id=0, unk_id=1, pad_id=-1, hard_vocab_limit=False)
-              for name, lines in (("source", english), ("target", german))]
-    vocab = {"</s>": 0, "<unk>": 1}
-    for path in models:
-        sp = spm.SentencePieceProcessor(model_file=str(path))
-        for i in range(sp.get_piece_size()):
-            vocab.setdefault(sp.id_to_piece(i), len(vocab))
-    vocab["<pad>"] = pad = len(vocab)
-    (work / "vocab.json").write_text(json.dumps(vocab))
-    MarianTokenizer(str(models[0]), str(models[1]), str(work / "vocab.json"), source_lang="en",
-                    target_lang="de").save_pretrained(str(out))
-    config = MarianConfig(
-        vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=64, encoder_layers=layers,
-        decoder_layers=layers, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
-        decoder_ffn_dim=256, activation_function="swish", max_position_embeddings=128, scale_embedding=True,
-        share_encoder_decoder_embeddings=True, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
-    model = MarianMTModel(config)
-    randomize(model, seed, eos=0)
-    with torch.no_grad():  # outputs in the hundreds, as a trained model's sharp logits are
-        for norm in (model.model.encoder.layers[-1].final_layer_norm, model.model.decoder.layers[-1].final_layer_norm):
-            norm.weight.mul_(40.0)
-            norm.bias.mul_(40.0)
-    model.save_pretrained(str(out))
-    shutil.rmtree(work)
-    return out
-
-
 def _with_layers(source: Path, tmp_path: Path, encoder: int, decoder: int) -> Path:
     liar = tmp_path / f"liar-{encoder}-{decoder}"
     shutil.copytree(source, liar)
@@ -299,20 +256,12 @@ def test_a_config_that_promises_more_layers_than_the_weights_hold_is_refused(tmp
     assert not (tmp_path / "out").exists()
 
 
-def test_weights_the_config_has_no_place_for_are_refused(tmp_path):
-    liar = _with_layers(small_marian(tmp_path / "two-layers", layers=2), tmp_path, 1, 2)
+def test_weights_the_config_has_no_place_for_are_refused(sharp_dir, tmp_path):
+    liar = _with_layers(sharp_dir, tmp_path, 1, 2)  # sharp_dir: small_marian's 2 + 2 layers
     with pytest.raises(ImportRefused) as err:
         import_model(liar, tmp_path / "out", log=lambda *_: None)
     assert str(err.value) == (f"{liar}: the weights do not match config.json (1+2 layers): unexpected "
                               "model.encoder.layers.1.*")
-
-
-@pytest.fixture(scope="module")
-def sharp(tmp_path_factory):
-    """The small Marian model, imported: its outputs run into the hundreds."""
-    root = tmp_path_factory.mktemp("sharp")
-    hf_dir = small_marian(root / "opus-mt-small")
-    return hf_dir, import_model(hf_dir, root / "package", log=lambda *_: None)
 
 
 def test_a_valid_model_with_large_outputs_imports_and_decodes_as_transformers(sharp):
