@@ -266,7 +266,7 @@ def step_rows(runtime: Runtime) -> Iterator[list[int]]:
 
 
 def test_interactive_work_decodes_in_small_steps_beside_a_full_bulk_batch(runtime):
-    """Eight bulk jobs of 30 tokens fill the batch; an interactive one arrives. With
+    """Eight bulk jobs of 250 tokens fill the batch; an interactive one arrives. With
     ``interactive_rows`` 2 it joins at once, seven bulk jobs are suspended and the steps hold
     two rows until it is done; then they rejoin before new bulk work and every job decodes what
     it decodes alone. With 0 it waits for the bulk jobs' rows, as before. Device-resident
@@ -276,7 +276,7 @@ def test_interactive_work_decodes_in_small_steps_beside_a_full_bulk_batch(runtim
         metrics = Metrics()
         with slow_steps(runtime), step_rows(runtime) as rows, running_scheduler(
                 runtime, metrics, max_batch_rows=8, max_queue=64, interactive_rows=interactive_rows) as s:
-            bulk = s.submit_all([job(30) for _ in range(8)], priority=Priority.BULK)
+            bulk = s.submit_all([job(250) for _ in range(8)], priority=Priority.BULK)  # busy for 0.5 s or more
             wait_until(lambda: s.in_flight == 8)
             later = s.submit_all([job(5) for _ in range(4)], priority=Priority.BULK)
             interactive = s.submit_all([job(10)])
@@ -324,18 +324,19 @@ def test_a_suspended_job_that_is_cancelled_or_expires_leaves_at_once(runtime):
 
 def test_bulk_work_keeps_one_job_in_the_batch_while_interactive_work_takes_every_row(runtime):
     """Bulk jobs run; a stream of interactive jobs arrives and takes every row it can (7 of 8)
-    for longer than the bulk work needs. Bulk work keeps one job in the batch and, whenever a
-    row frees up, a suspended job rejoins: the bulk request finishes before the stream ends,
-    with no age bound to help it (``bulk_wait`` infinite)."""
+    for longer than the bulk work needs (7 turns of 40 steps; the bulk jobs need 60 each).
+    Bulk work keeps one job in the batch and, whenever a row frees up, a suspended job
+    rejoins: the bulk request finishes before the stream ends, with no age bound to help it
+    (``bulk_wait`` infinite)."""
     if runtime.resident:
         pytest.skip("device-resident batches do not suspend")
     with slow_steps(runtime), running_scheduler(runtime, max_batch_rows=8, max_queue=64, interactive_rows=4,
                                                 bulk_wait=float("inf")) as s:
-        bulk = s.submit_all([job(10) for _ in range(4)], priority=Priority.BULK)
-        wait_until(lambda: s.in_flight == 4)
-        interactive = s.submit_all([job(40) for _ in range(24)])
-        wait_until(lambda: s.suspended == 3)
+        bulk = s.submit_all([job(60) for _ in range(3)], priority=Priority.BULK)
+        wait_until(lambda: s.in_flight == 3)
+        interactive = s.submit_all([job(40) for _ in range(48)])
+        wait_until(lambda: s.suspended == 2)
         order = finishing_order(bulk, interactive)
-    assert max(order.index((0, i)) for i in range(4)) < order.index((1, 23))
+    assert max(order.index((0, i)) for i in range(3)) < order.index((1, 47))
     for t in bulk:
-        assert t.future.result()[0].tokens == decode_all(runtime, [job(10)])[0][0].tokens
+        assert t.future.result()[0].tokens == decode_all(runtime, [job(60)])[0][0].tokens
