@@ -26,18 +26,23 @@ MAX_SIZE = 10_000_000  # bytes: a bigger package is not downloaded for its few q
 LABEL = "copyright"  # the cache folder of the copyright files extracted from each package
 _DEBCONF = re.compile(r"(?:^|[\s,|])debconf(?:-2\.0)?(?:[\s,(|]|$)")
 _CHOICE_SPLIT = re.compile(r"(?<!\\),\s*")
+# apt sections whose packages ask installation questions of administrators; desktops' sections are
+# not read (the data reserved for independent evaluation rides in desktop packages, DESIGN.md).
+SECTIONS = frozenset({"admin", "comm", "database", "devel", "editors", "games", "graphics", "httpd", "interpreters",
+                      "java", "kernel", "libs", "localization", "mail", "misc", "net", "news", "perl", "php",
+                      "python", "science", "shells", "sound", "utils", "vcs", "video", "web"})
 
 
 def candidates(lists: Path, max_size: int = MAX_SIZE) -> list[str]:
-    """Packages of apt's indices that depend on debconf (so may ship templates), smallest first;
-    none reserved for independent evaluation (GNOME's, FreeDict's: corpus/debian.py)."""
+    """Packages of apt's indices in ``SECTIONS`` that depend on debconf (so may ship templates),
+    smallest first."""
     found: dict[str, int] = {}
     for path in ddtp._index_files(lists, "*_binary-*_Packages*"):
         for st in ddtp.stanzas(ddtp._cat(path)):
             depends = st.get("Depends", "") + "," + st.get("Pre-Depends", "")
             size = int(st.get("Size", "0") or 0)
             name = st.get("Package", "")
-            if debian.reserved(name, st.get("Maintainer", "")):
+            if st.get("Section", "").rpartition("/")[2] not in SECTIONS:
                 continue
             if name and _DEBCONF.search(depends) and size <= max_size:
                 found[name] = min(size, found.get(name, size))

@@ -35,22 +35,25 @@ Description-de.UTF-8: ${service} jetzt neu starten?
 PACKAGES = """Package: foo
 Source: foo-src
 Version: 1.0-1
+Section: mail
 Depends: debconf (>= 0.5) | debconf-2.0, libc6
 Size: 2000
 
 Package: big
 Version: 2.0
+Section: net
 Depends: debconf
 Size: 99000000
 
 Package: plain
 Version: 1.0
+Section: utils
 Depends: libc6, debconf-utils
 Size: 100
 
-Package: gdm
+Package: desk
 Version: 43.0-3
-Maintainer: Debian GNOME Maintainers <pkg-gnome-maintainers@lists.alioth.debian.org>
+Section: x11
 Depends: debconf (>= 0.5) | debconf-2.0
 Size: 1000
 """

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from cli import UsageError
 from corpus import debian
 from tests.test_corpus_libreoffice import make_deb
 
@@ -88,13 +87,3 @@ def test_control_file_reads_the_control_archive(cache: Path) -> None:
 ])
 def test_license_of(text: str, licence: str) -> None:
     assert debian.license_of(text) == licence
-
-
-@pytest.mark.parametrize("name", ["gnome-user-docs", "yelp", "gdm3", "dict-freedict-eng-deu", "freedict-deu-eng"])
-def test_reserved_packages_are_never_fetched(cache: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(debian.subprocess, "run", lambda *a, **k: pytest.fail("nothing may be downloaded"))
-    with pytest.raises(UsageError, match="reserved for independent evaluation"):
-        debian.fetch_deb(name, cache)
-    assert debian.fetch_debs([name, "foo"], cache) == {"foo": cache / "debs" / "foo_1%3a2.0-1_all.deb"}
-    assert debian.reserved("gdm", "Debian GNOME Maintainers <pkg-gnome-maintainers@lists.alioth.debian.org>")
-    assert not debian.reserved("kate", "Debian Qt/KDE Maintainers <debian-qt-kde@lists.debian.org>")
