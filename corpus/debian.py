@@ -124,23 +124,7 @@ def unpacked(name: str, cache: Path | None = None) -> Path:
     """The root of the package's files (``usr/...``), unpacked once into the cache."""
     cache = cache or cache_dir()
     deb = fetch_deb(name, cache)
-    root = cache / "unpacked" / deb.stem
-    done = root / ".complete"
-    if done.exists():
-        return root
-    members = _ar_members(deb.read_bytes())
-    data_name = next((n for n in members if n.startswith("data.tar")), None)
-    if data_name is None:
-        raise ValueError(f"{deb} holds no data.tar member")
-    tmp = root.with_name(root.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(members[data_name])) as tar:
-        tar.extractall(tmp, filter=_files_only)
-    shutil.rmtree(root, ignore_errors=True)
-    tmp.rename(root)
-    done.touch()
-    return root
+    return _unpack(deb, cache / "unpacked" / deb.stem, lambda path: True)
 
 
 def extracted(name: str, select: Callable[[str], bool], label: str, cache: Path | None = None) -> Path:
@@ -149,7 +133,12 @@ def extracted(name: str, select: Callable[[str], bool], label: str, cache: Path 
     package of hundreds of megabytes."""
     cache = cache or cache_dir()
     deb = fetch_deb(name, cache)
-    root = cache / "extracted" / label / deb.stem
+    return _unpack(deb, cache / "extracted" / label / deb.stem, select)
+
+
+def _unpack(deb: Path, root: Path, select: Callable[[str], bool]) -> Path:
+    """The files of ``deb``'s data archive whose path ``select`` accepts, under ``root``, once
+    (a ``.complete`` marker; a half-done unpack is redone)."""
     done = root / ".complete"
     if done.exists():
         return root
@@ -162,8 +151,7 @@ def extracted(name: str, select: Callable[[str], bool], label: str, cache: Path 
     tmp.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(members[data_name])) as tar:
         for member in tar:
-            path = member.name.removeprefix("./")
-            if member.isfile() and select(path):
+            if member.isfile() and select(member.name.removeprefix("./")):
                 tar.extract(member, tmp, filter=_files_only)
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
