@@ -121,6 +121,16 @@ def tiny_fr_package(tmp_path_factory, worker_id) -> Path:
 # Random weights (bench/peers/hf_models.py), as save_pretrained writes them, and their imports;
 # shared by tests/test_hf_import.py, test_hf_hub.py and test_glossary.py, built once per session.
 
+def imported_once(tmp_path_factory, worker_id, name: str, hf_dir: Path, **options):
+    """``hf_dir`` imported by nmt-import once per session (``built_once``), as a ModelPackage."""
+    from engine.package import ModelPackage
+    from export.hf_import import import_model
+
+    root = built_once(tmp_path_factory, worker_id, name,
+                      lambda out: import_model(hf_dir, out / "package", log=lambda *_: None, **options))
+    return ModelPackage.load(root / "package")
+
+
 @pytest.fixture(scope="session")
 def marian_dir(tmp_path_factory, worker_id) -> Path:
     """An OPUS-MT-shaped en-de directory: bench/peers/hf_models.py's tiny Marian."""
@@ -133,12 +143,7 @@ def marian_dir(tmp_path_factory, worker_id) -> Path:
 @pytest.fixture(scope="session")
 def marian(tmp_path_factory, worker_id, marian_dir):
     """(``marian_dir``, its import with int8 graphs as a ModelPackage)."""
-    from engine.package import ModelPackage
-    from export.hf_import import import_model
-
-    root = built_once(tmp_path_factory, worker_id, "marian_package",
-                      lambda out: import_model(marian_dir, out / "package", int8=True, log=lambda *_: None))
-    return marian_dir, ModelPackage.load(root / "package")
+    return marian_dir, imported_once(tmp_path_factory, worker_id, "marian_package", marian_dir, int8=True)
 
 
 @pytest.fixture(scope="session")
@@ -151,9 +156,4 @@ def sharp_dir(tmp_path_factory, worker_id) -> Path:
 @pytest.fixture(scope="session")
 def sharp(tmp_path_factory, worker_id, sharp_dir):
     """(``sharp_dir``, its import as a ModelPackage)."""
-    from engine.package import ModelPackage
-    from export.hf_import import import_model
-
-    root = built_once(tmp_path_factory, worker_id, "sharp_package",
-                      lambda out: import_model(sharp_dir, out / "package", log=lambda *_: None))
-    return sharp_dir, ModelPackage.load(root / "package")
+    return sharp_dir, imported_once(tmp_path_factory, worker_id, "sharp_package", sharp_dir)
