@@ -89,7 +89,10 @@ def build(languages: Sequence[str] = LANGUAGES, sources: Sequence[str] = SOURCES
             if lang not in LANGUAGES:
                 raise UsageError(f"Debian corpus language {lang!r} is not one of {', '.join(LANGUAGES)}")
             name = f"{source}/en-{lang}"
-            if name in report and not force:
+            # Built means reported and every split on disk: a split file deleted by hand (to
+            # rebuild one source after its reader changed) is rebuilt, not read as missing.
+            files = [out / f"{source}.{split}.en-{lang}.tsv" for split in SPLITS]
+            if name in report and all(f.exists() for f in files) and not force:
                 continue
             report[name] = build_source(source, lang, cache)
             report_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

@@ -176,6 +176,8 @@ def test_build_writes_splits_and_a_report(tmp_path: Path, monkeypatch: pytest.Mo
     pairs = debian_text.pairs("debian-descriptions", ["de-en", "en-fr"], "test", cache=tmp_path)
     assert [(p.direction, p.src, p.tgt, p.key) for p in pairs] == [
         ("de-en", "ein anderes Werkzeug", "another tool", "bar/bar@0.9")]
+    (out / "debian-descriptions.train.en-de.tsv").unlink()  # removed by hand: rebuilt on next use
+    assert len(debian_text.pairs("debian-descriptions", ["en-de"], "train", cache=tmp_path)) == 8
     with pytest.raises(UsageError, match="'debian-ddtp' is not one of debian-descriptions, debian-catalogs, "
                                          "debian-debconf, debian-manuals, debian-manpages"):
         debian_text.build(["de"], ["debian-ddtp"], cache=tmp_path)
