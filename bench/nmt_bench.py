@@ -263,7 +263,8 @@ def run_server(args: argparse.Namespace, items: list[Item], batches: list[BenchB
     bs = max(len(b.rows) for b in batches)
     requests = [Request([items[i].src for i in b.rows], b.src_lang, b.tgt_lang) for b in batches]
     rows, extra = server_limits(args, len(items), bs, beam)
-    extra = [*extra, "--no-int8"]  # fp32 on the CPU (nmt-serve's default is int8): the fp32 engines' tokens
+    if not args.server_int8:  # fp32 on the CPU (nmt-serve's default is int8): the fp32 engines' tokens
+        extra = [*extra, "--no-int8"]
     if args.spin_threads:
         extra = [*extra, "--spin-threads"]
     runs = []
@@ -410,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clients", default="8", help="concurrent gRPC clients of the server engine; a comma-separated "
                    "list (1,32,64,128,256) is a sweep: one server row per count")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the engines run")
+    p.add_argument("--server-int8", action="store_true", help="the server engine serves the int8 graphs (nmt-serve's "
+                   "own default on the CPU), compared with onnx-int8 offline (default: fp32, like onnx-fp32)")
     p.add_argument("--spin-threads", action="store_true", help="let onnxruntime's intra-op threads spin for work "
                    "between runs too, in the onnx engines and the server (nmt-serve --spin-threads) (default: "
                    "offline engines spin within runs only, the server never: engine/defaults.py)")

@@ -404,3 +404,17 @@ def test_stderr_of_the_process_is_captured_and_given_back(capfd):
     os.write(2, b"after\n")
     assert got == ["from C++\n"]
     assert capfd.readouterr().err == "after\n"
+
+
+def test_the_server_serves_int8_with_server_int8(tiny_checkpoint, tiny_package, tmp_path):
+    sources = tmp_path / "sources.tsv"
+    sources.write_text(SOURCES)
+    out = tmp_path / "int8.json"
+    assert main(["--checkpoint", str(tiny_checkpoint), "--package", str(tiny_package), "--input", str(sources),
+                 "--directions", "en-de", "--sentences", "4", "--batch-sizes", "2", "--modes", "greedy",
+                 "--engines", "onnx-int8,server", "--server-int8", "--clients", "2", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    offline, server = rows
+    assert (offline["engine"], server["engine"], server["variant"]) == ("onnx-int8", "server", "int8")
+    assert server["texts"] == offline["texts"] and any(server["texts"])  # batch-invariant int8: the same texts
+    assert bench_report.sweep_series(rows)[("greedy", 2)]["offline"] == offline["sentences_per_s"]
