@@ -26,15 +26,28 @@ above it says which it is:
 
 README.md's opening block is the exception: the test above pins it byte for byte; CI (.ci/run)
 runs its set-up and its test command, and tests/test_scripts.py checks how scripts/run.sh refuses.
+
+Each docs page's first shell block is what a reader types first, and it runs as written from a
+clean clone: ``python3 scripts/docs_first_blocks.py`` clones HEAD, runs scripts/setup.sh and then
+every page's first block (minutes: set-up, exports, servers), one page after another. Those blocks
+are marked ``<!-- example: run from a clean clone by scripts/docs_first_blocks.py -->`` (this
+test does not run them; a test here checks the mark). The script's docstring has its rules; in
+short, a line that starts a server that keeps serving (``bash scripts/run.sh`` without
+``DEMO_ONLY``, ``nmt-serve``, ``nmt-http``: a known list) runs in the background until the server
+answers on its port (``PORT=``/``--port`` or the default), and everything the page started is
+stopped at its end; a line whose trailing comment says ``needs Docker``, ``needs the internet``
+or ``needs a GPU`` is skipped, and reported, only where that is absent. Blocks are read by the
+script's parser, which this test imports, so both read a page the same way; the tests below check
+its classification of the real pages without starting anything.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -198,55 +211,18 @@ def test_the_grpc_reference_is_written_from_the_proto():
 
 
 # ---------------------------------------------------------------- commands: run or marked
-SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console", "zsh"}
-OPEN_FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
-MARK = re.compile(r"^\s*<!--\s*(run|example|examples)\s*(?::[^>]*)?-->\s*$")
+def _runner():
+    """scripts/docs_first_blocks.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("docs_first_blocks", ROOT / "scripts" / "docs_first_blocks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+runner = _runner()
+Block, blocks, SHELL_LANGUAGES = runner.Block, runner.blocks, runner.SHELL_LANGUAGES
 COMMAND_PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
-
-
-@dataclass(frozen=True)
-class Block:
-    page: Path
-    line: int  # of the opening fence, from 1
-    language: str
-    lines: tuple[str, ...]  # without the block's indentation
-    mark: str  # "run", "example" or ""
-
-    @property
-    def commands(self) -> list[str]:
-        if self.language == "console":
-            return [line[2:] for line in self.lines if line.startswith("$ ")]
-        return [line for line in self.lines if line.strip() and not line.lstrip().startswith("#")]
-
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-
-def blocks(page: Path, text: str | None = None) -> list[Block]:
-    """The fenced blocks of a page, each with its language and the mark on the line above it."""
-    lines = (page.read_text(encoding="utf-8") if text is None else text).splitlines()
-    page_mark = ""
-    out, i = [], 0
-    while i < len(lines):
-        m = OPEN_FENCE.match(lines[i])
-        if not m:
-            mark = MARK.match(lines[i])
-            if mark and mark.group(1) == "examples" and not out:
-                page_mark = "example"
-            i += 1
-            continue
-        indent, fence, language = m.groups()
-        above = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
-        mark = MARK.match(above)
-        own = mark.group(1) if mark and mark.group(1) != "examples" else ""
-        body = []
-        i += 1
-        while i < len(lines) and not lines[i].strip().startswith(fence):
-            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
-            i += 1
-        out.append(Block(page, i - len(body), language.lower(), tuple(body), own or page_mark))
-        i += 1
-    return out
 
 
 def shell_blocks() -> list[Block]:
@@ -297,3 +273,113 @@ def test_the_commands_marked_run_do_what_the_docs_show(block: Block):
         r = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(block.lines)], cwd=ROOT, env=run_env(),
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, (block.where(), r.stderr[-2000:])
+
+
+# ---------------------------------------------------------------- first blocks: scripts/docs_first_blocks.py
+def treatment(line) -> str:
+    """How scripts/docs_first_blocks.py runs a line: "" as it is; "gRPC 50051" a server waited for on
+    its port, with "&" when the runner adds the line's ``&``; "needs Docker" skipped where Docker is absent."""
+    how = [f"{line.serves} {line.port}" + (" &" if line.background else "")] if line.serves else []
+    return ", ".join(how + [f"needs {need}" for need in line.needs])
+
+
+FIRST_BLOCKS = {  # page: (its first shell block's fence line, [(logical line, treatment)])
+    "BENCHMARKS.md": (9, [(10, ""), (11, ""), (12, "")]),
+    "architecture.md": (4, [(5, ""), (6, ""), (7, "")]),
+    "deployment.md": (4, [(5, "needs Docker"), (6, "needs Docker"), (7, "needs Docker"), (8, "needs Docker")]),
+    "files-and-bulk.md": (4, [(5, "gRPC 50051 &"), (6, ""), (7, ""), (8, "")]),
+    "http-api.md": (4, [(5, "gRPC 50051 &"), (6, "HTTP 5000 &"), (7, "")]),
+    "operations.md": (4, [(5, ""), (6, "gRPC 50051"), (7, ""), (8, ""), (9, "")]),
+    "own-model.md": (4, [(5, ""), (6, "gRPC 50051 &"), (7, "gRPC 50052 &, needs the internet")]),
+    "quickstart.md": (4, [(5, "gRPC 50051 &"), (6, ""), (7, "HTTP 5000")]),
+    "training.md": (4, [(5, ""), (6, ""), (8, ""), (9, "")]),
+    "translate.md": (4, [(5, "gRPC 50051 &"), (6, ""), (7, "")]),
+}
+
+
+def test_the_runner_reads_each_pages_first_block_and_how_to_run_its_lines():
+    """Which block is first, which of its lines serve (run in the background, waited for on their
+    port) and which need something a machine may lack: the real pages, nothing started."""
+    pages = runner.docs_pages(ROOT)
+    assert [p.name for p in pages] == list(FIRST_BLOCKS)  # UNICODE.md and grpc-api.md have no shell block
+    found = {}
+    for page in pages:
+        block = runner.first_block(page)
+        assert (block.mark, block.why) == ("example", "run from a clean clone by scripts/docs_first_blocks.py"), \
+            f"{block.where()}: mark it {runner.MARK_TEXT}"
+        found[page.name] = (block.line, [(line.number, treatment(line)) for line in runner.logical_lines(block)])
+    assert found == FIRST_BLOCKS
+
+
+def test_only_first_blocks_carry_the_runners_mark():
+    marked = [b.where() for page in COMMAND_PAGES for b in blocks(page) if "docs_first_blocks" in b.why]
+    assert marked == [runner.first_block(page).where() for page in runner.docs_pages(ROOT)]
+
+
+@pytest.mark.parametrize("line, expected", [
+    ('echo "a # b" # c', ('echo "a # b"', "c")),
+    ("echo 'it''s' x#y", ("echo 'it''s' x#y", "")),
+    (r"echo \# not one  # needs a GPU", (r"echo \# not one", "needs a GPU")),
+    ("# only a comment", ("", "only a comment")),
+])
+def test_a_lines_trailing_comment_starts_at_a_word_outside_quotes(line, expected):
+    assert runner.split_comment(line) == expected
+
+
+@pytest.mark.parametrize("command, expected", [
+    ("bash scripts/run.sh", ("gRPC", 50051)),
+    ("PORT=50052 bash scripts/run.sh", ("gRPC", 50052)),
+    ("DEMO_ONLY=1 bash scripts/run.sh", ("", 0)),  # it stops its server itself
+    (".venv/bin/nmt-serve --model default=packages/default --port 50061 &", ("gRPC", 50061)),
+    ("nmt-serve --port=50062", ("gRPC", 50062)),
+    ("NMT_CACHE=off /opt/x/bin/nmt-http --grpc-address 127.0.0.1:50051", ("HTTP", 5000)),
+    (".venv/bin/nmt-translate -s en -t de 'nmt-serve'", ("", 0)),
+    (".venv/bin/python -m server.main --port 50051", ("", 0)),  # not on the list: the docs show nmt-serve
+])
+def test_serving_lines_are_the_three_serving_commands_with_their_ports(command, expected):
+    assert runner.serving(command) == expected
+
+
+def test_logical_lines_join_continuations_and_leave_out_comments():
+    block = blocks(ROOT / "docs" / "x.md", "# X\n\n```bash\n# set up\nnmt-http \\\n    --port 5001 &  # the page\n\n"
+                                           "docker-compose up -d  # needs Docker\n```\n"
+                                           "```console\n$ nmt-serve --version\nnmt-serve 1\n```\n")
+    lines = runner.logical_lines(block[0])
+    assert [(x.number, x.text, x.command, x.serves, x.port, x.background, x.needs) for x in lines] == [
+        (5, "nmt-http \\\n    --port 5001 &  # the page", "nmt-http --port 5001 &", "HTTP", 5001, False, ()),
+        (8, "docker-compose up -d  # needs Docker", "docker-compose up -d", "", 0, False, ("Docker",))]
+    assert [(x.number, x.command) for x in runner.logical_lines(block[1])] == [(11, "nmt-serve --version")]
+
+
+def test_the_session_backgrounds_a_serving_line_waits_for_it_and_checks_every_status(tmp_path):
+    block = runner.first_block(ROOT / "docs" / "quickstart.md")
+    lines = runner.logical_lines(block)
+    status, clone = tmp_path / "status", tmp_path / "clone"
+    script = runner.session_script(lines, [True, True, True], status, 900, clone)
+    wait = f"{sys.executable} {runner.__file__} --wait".split()
+    check = '__rc=$?; if [ "$__rc" -ne 0 ]; then exit "$__rc"; fi'
+    assert script.splitlines()[2:] == [
+        "__status start 0", "bash scripts/run.sh &", check,
+        "__status wait 0", " ".join([*wait, "gRPC", "50051", '"$!"', "900", str(status), str(clone)]) + " || exit 1",
+        "__status start 1", lines[1].text, check,
+        "__status start 2", lines[2].text, check,
+        "__status wait 2", " ".join([*wait, "HTTP", "5000", '"$!"', "900", str(status), str(clone)]) + " || exit 1",
+        "__status end"]
+
+
+def test_a_page_whose_every_line_needs_what_is_absent_is_skipped_with_the_reason(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "deployment.md").write_bytes((ROOT / "docs" / "deployment.md").read_bytes())
+    asked = []
+    result = runner.run_page("docs/deployment.md", tmp_path, tmp_path, None,
+                             lambda need: asked.append(need) or "no engine answers")
+    assert (result.status, result.detail) == ("skipped", "needs Docker: no engine answers")
+    assert asked == ["Docker"] * 4 and not (tmp_path / "logs").exists()
+
+
+def test_the_runners_plan_lists_every_page_and_starts_nothing():
+    r = subprocess.run([sys.executable, "scripts/docs_first_blocks.py", "--plan"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    headers = [line.split(":")[0] for line in r.stdout.splitlines() if not line.startswith(" ")]
+    assert headers == [f"docs/{name}" for name in FIRST_BLOCKS]
