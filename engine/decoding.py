@@ -14,7 +14,9 @@ batch has the same beam size k, the buffers hold one copy per job and its k rows
 search reads a source once a step instead of k times; a batch that mixes beam sizes holds
 one copy per row. Either way every row computes the same values. When beams are re-ranked,
 each new beam moves into its parent's row; only a parent's second child copies its
-self-attention cache. The search itself mirrors ``training/decode.py`` step for step (the
+self-attention cache. Until a beam job's first search step its beams are one hypothesis,
+so while every job of a batch of one beam size is at that point, the decoder runs on one row per job
+(``Batch.step``). The search itself mirrors ``training/decode.py`` step for step (the
 reference the tests hold it to), so a text decoded in any batch gives the tokens it gets alone.
 """
 
@@ -141,6 +143,13 @@ class Job:
     def forcing(self) -> bool:
         """The step's output is the prefix's next token, whatever the model says."""
         return self.step < len(self.prefix)
+
+    @property
+    def unexpanded(self) -> bool:
+        """A beam job whose beams are still one hypothesis: no search step yet (bos, then the
+        forced prefix), scores [0, -inf, ...], every row fed the same tokens at the same
+        positions, so every row's step computes what its first row does (``Batch.step``)."""
+        return self.k > 1 and self.step <= len(self.prefix)
 
     @property
     def no_eos(self) -> bool:
@@ -537,6 +546,14 @@ class Batch:
         if needed > slots:
             self._resize_cache(rows, max(needed, slots + max(self.SLOT_CHUNK, slots // 2)))
 
+    def _first_rows(self) -> np.ndarray | None:
+        """The rows a step runs the decoder on when every job is an unexpanded beam job of a
+        grouped batch: each job's first row, in source order (row r reads source r // group);
+        None otherwise (every row runs)."""
+        if self.group == 1 or not all(j.unexpanded for j in self.jobs):
+            return None
+        return np.sort([int(self.rows_of[j.id][0]) for j in self.jobs])
+
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
         n, used = self.n, self.n // self.group  # rows, sources
@@ -547,10 +564,23 @@ class Batch:
         rows, at = (slice(0, n), shared) if shared is not None else (np.arange(n), positions[:, 0])
         self._fit_slots((shared if shared is not None else int(at.max())) + 1)
         ids = self.vocab  # the columns' tokens with a shortlist; None: column j is token j
+        # CTranslate2's "first step on unexpanded rows": while a beam job's k beams are one
+        # hypothesis (its first step and its forced prefix), its k rows compute the same bits (a
+        # row's outputs depend on its own inputs only; int8 quantizes per row, export/quantize.py).
+        # So when every job of a grouped batch is unexpanded, the decoder runs on one row per job
+        # with the source buffers as they are, and its outputs are repeated over the job's rows:
+        # the batch is left as if every row had run. Otherwise (a job past its first search step,
+        # greedy or mixed beam sizes: group 1) every row runs.
+        run = self._first_rows()
+        at_run = slice(0, n) if run is None else run
         log_probs, new_k, new_v, attention = self.rt.step(
-            input_ids, positions, self.past_mask[:n], self.src_mask[:n], [c[:used] for c in self.cross_k],
-            [c[:used] for c in self.cross_v], [c[:n] for c in self.past_k], [c[:n] for c in self.past_v],
-            None if ids is None else (ids, self.vocab_mask[:n]))
+            input_ids[at_run], positions[at_run], self.past_mask[at_run], self.src_mask[at_run],
+            [c[:used] for c in self.cross_k], [c[:used] for c in self.cross_v], [c[at_run] for c in self.past_k],
+            [c[at_run] for c in self.past_v], None if ids is None else (ids, self.vocab_mask[at_run]))
+        if run is not None:  # one row per job -> its ``group`` rows (one block: row r is job r // group's)
+            g = self.group
+            log_probs, attention = np.repeat(log_probs, g, axis=0), np.repeat(attention, g, axis=0)
+            new_k, new_v = [np.repeat(x, g, axis=0) for x in new_k], [np.repeat(x, g, axis=0) for x in new_v]
         for buf, new in zip(self.past_k, new_k):  # (rows, H, Dh, slots) <- (n, H, Dh, 1)
             buf[rows, :, :, at] = new[:, :, :, 0]
         for buf, new in zip(self.past_v, new_v):  # (rows, H, slots, Dh) <- (n, H, 1, Dh)
@@ -648,6 +678,11 @@ class ResidentBatch:
     On a GPU the per-step copy of the cache (a graph cannot write into its input) costs
     what reading it does anyway; on the CPU ``Batch`` is faster (it writes one slot in place
     and onnxruntime reads numpy arrays without copying), so the CPU uses ``Batch``.
+
+    Every row runs at every step: ``Batch``'s first step on unexpanded rows (one row per beam
+    job) is not done here, since the step graph takes one source per row and returns the whole
+    cache, so running fewer rows would take a rows-graph rebuild of the buffers before the step
+    and another after it; a GPU step of k times the rows costs little more anyway.
     """
 
     def __init__(self, runtime: Runtime) -> None:

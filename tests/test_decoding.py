@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +13,7 @@ from engine.decoding import (
     SAMPLE_STRIDE,
     Batch,
     DecodeOptions,
+    Hypothesis,
     Job,
     beam_rows,
     best_candidates,
@@ -21,6 +25,8 @@ from engine.decoding import (
 from engine.defaults import BOS_ID, EOS_ID, PAD_ID, SERVER_SPIN, default_max_len
 from engine.package import ModelPackage
 from engine.runtime import Runtime, RuntimeOptions
+from engine.shortlist import learn
+from export.shortlist_graph import add_to_package, training_examples
 from tests.server_harness import TEXTS, session_entry
 from training import checkpoint as ckpt_io
 from training.decode import beam_search, greedy_search
@@ -33,10 +39,11 @@ def setup(tiny_package, tiny_checkpoint):
     return rt, model, ckpt_io.load_tokenizer(ckpt)
 
 
-def job(tok, text: str, max_len: int = 0, banned: tuple[int, ...] = (), **opts) -> Job:
+def job(tok, text: str, max_len: int = 0, banned: tuple[int, ...] = (), prefix: tuple[int, ...] = (),
+        **opts) -> Job:
     src = tok.encode_source(text, "de")
     return Job(src, DecodeOptions(**opts), max_len=max_len or default_max_len(len(src), 255), bos=BOS_ID,
-               eos=EOS_ID, pad=PAD_ID, banned=banned)
+               eos=EOS_ID, pad=PAD_ID, banned=banned, prefix=prefix)
 
 
 def reference_greedy(model, tok, text):
@@ -313,3 +320,168 @@ def test_spinning_is_a_session_option(tiny_package):
         None, None)
     with pytest.raises(ValueError, match="spin 'sometimes' must be one of always, run, never"):
         Runtime(package, RuntimeOptions(device="cpu", spin="sometimes"))
+
+
+# ---------------------------------------------------------------- the first step on unexpanded rows
+
+
+def outcome(results: list[list[Hypothesis]]) -> list[list[tuple]]:
+    """Everything a result holds, compared exactly: tokens, score, why it stopped, attention's bits."""
+    return [[(h.tokens, h.score, h.stop_reason, None if h.attention is None else h.attention.tobytes())
+             for h in hyps] for hyps in results]
+
+
+def fresh(j: Job) -> Job:
+    """A new job like ``j``, not started."""
+    return Job(j.src, j.options, j.max_len, j.bos, j.eos, j.pad, j.prefix, j.banned)
+
+
+def every_row(batch: Batch) -> Batch:
+    """``batch`` with the shortcut off: the decoder runs on every row at every step."""
+    batch._first_rows = lambda: None
+    return batch
+
+
+def staggered(rt: Runtime, jobs: list[Job]) -> list[list[Hypothesis]]:
+    """Continuous batching: two jobs join before every other step, into a running batch."""
+    batch, pending, steps = Batch(rt), list(jobs), 0
+    while pending or batch.jobs:
+        if pending and steps % 2 == 0:
+            batch.add(encode_jobs(rt, pending[:2]))
+            pending = pending[2:]
+        batch.remove({j.id for j in batch.step()})
+        steps += 1
+    return [j.result or [] for j in jobs]
+
+
+def decodes(rt: Runtime, jobs: list[Job], monkeypatch, shortcut: bool) -> dict[str, list[list[tuple]]]:
+    """The outcomes of ``jobs`` (started afresh each time) in one batch, each alone, and joining a
+    running batch, with the shortcut or with every row at every step."""
+    with monkeypatch.context() as m:
+        if not shortcut:
+            m.setattr(Batch, "_first_rows", lambda self: None)
+        return {"batch": outcome(decode_all(rt, [fresh(j) for j in jobs])),
+                "alone": outcome([decode_all(rt, [fresh(j)])[0] for j in jobs]),
+                "joining": outcome(staggered(rt, [fresh(j) for j in jobs]))}
+
+
+def counting_rows(rt: Runtime, monkeypatch) -> list[int]:
+    """The rows of every step the real runtime runs from now on (the model itself untouched)."""
+    runs: list[int] = []
+    real_step = rt.step
+
+    def counting(input_ids, *args):
+        runs.append(input_ids.shape[0])
+        return real_step(input_ids, *args)
+
+    monkeypatch.setattr(rt, "step", counting)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def int8(tiny_package) -> Runtime:
+    return Runtime(ModelPackage.load(tiny_package), RuntimeOptions(device="cpu", threads=1, variant="int8"))
+
+
+def test_unexpanded_beam_jobs_run_the_decoder_on_one_row_each(setup, monkeypatch):
+    """CTranslate2's "first step on unexpanded rows": while every job of a batch of beam-k jobs
+    is at its first step or its forced prefix (its k beams one hypothesis), the step graph gets one
+    row per job, and the batch is left as if every row had run (the same bits in every cache,
+    mask and job, step by step); once a search step has expanded the beams, or a greedy job shares
+    the batch, every row runs. Jobs joining at other positions are handled either way."""
+    rt, _, tok = setup
+    prefix = tuple(tok.encode("Und er")[:2])
+    runs = counting_rows(rt, monkeypatch)
+
+    def lockstep(waves: list[list[Job]]) -> list[int]:
+        """Each wave joins before the next step, in a batch with the shortcut and in one without;
+        after every step the two hold the same bits. The row counts of the shortcut's steps."""
+        twins = [[fresh(j) for j in w] for w in waves]
+        on, off, seen = Batch(rt), every_row(Batch(rt)), []
+        for step in itertools.count():
+            if step < len(waves):
+                on.add(encode_jobs(rt, waves[step]))
+                off.add(encode_jobs(rt, twins[step]))
+            if not on.jobs:
+                break
+            runs.clear()
+            done_on, done_off = on.step(), off.step()
+            seen.append(runs[0])
+            assert [j.step for j in done_on] == [j.step for j in done_off]
+            assert [on.rows_of[j.id].tolist() for j in on.jobs] == [off.rows_of[j.id].tolist() for j in off.jobs]
+            n = on.n
+            for mine, theirs in zip((*on.past_k, *on.past_v, on.past_mask), (*off.past_k, *off.past_v, off.past_mask)):
+                assert np.array_equal(mine[:n], theirs[:n]), step
+            for a, b in zip(on.jobs, off.jobs):
+                assert (a.step, a.beams, a.scores.tobytes(), a.last.tolist()) == (
+                    b.step, b.beams, b.scores.tobytes(), b.last.tolist())
+            on.remove({j.id for j in done_on})
+            off.remove({j.id for j in done_off})
+        assert outcome([j.result for w in waves for j in w]) == outcome([j.result for w in twins for j in w])
+        return seen
+
+    def beams(texts, k=4, **opts) -> list[Job]:
+        return [job(tok, t, beam_size=k, n_best=2, **opts) for t in texts]
+
+    # Three beam-4 jobs: one row each at the first step, then all 12.
+    assert lockstep([beams(TEXTS[1:4])])[:2] == [3, 12]
+    # With a two-token prefix: the two forced steps and the first search step.
+    assert lockstep([beams(TEXTS[1:4], prefix=prefix)])[:4] == [3, 3, 3, 12]
+    assert lockstep([beams(TEXTS[1:2], k=3)])[:2] == [1, 3]  # alone
+    # A greedy job in the batch (one source per row): every row, always.
+    assert lockstep([[job(tok, TEXTS[1]), *beams(TEXTS[2:3])]])[:2] == [5, 5]
+    # Jobs joining before the second step: the first two are expanded by then, so every row runs ...
+    assert lockstep([beams(TEXTS[1:3]), beams(TEXTS[3:5])])[:2] == [2, 16]
+    # ... unless they are still forced: then the newcomers (at position 0, the others at 1) run
+    # one row each with them, until the first two take their first search step.
+    assert lockstep([beams(TEXTS[1:3], prefix=prefix), beams(TEXTS[3:5], prefix=prefix)])[:4] == [2, 4, 4, 16]
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_beam_search_decodes_the_same_whether_unexpanded_rows_run_once_or_every_row_runs(setup, int8, variant,
+                                                                                         monkeypatch):
+    """Tokens, scores, stop reasons and attention of beams 2 to 4, with the shortcut and without
+    (every row at every step), in one batch, alone and joining a running batch: with a forced
+    prefix, min_len, banned ids, attention, and greedy jobs in the batch. Either way a text gets
+    the same alone, batched and joining."""
+    fp32, _, tok = setup
+    rt = fp32 if variant == "fp32" else int8
+    prefix = tuple(tok.encode("Und er")[:2])
+    texts = TEXTS[:6]
+    banned = tuple(sorted({tok.encode(t)[0] for t in ("Im Anfang", "Jesus", "Er")}))
+    for k in (2, 3, 4):
+        cases: dict[str, list[Job]] = {
+            "plain": [job(tok, t, beam_size=k, n_best=k) for t in texts],
+            "prefix": [job(tok, t, beam_size=k, n_best=2, prefix=prefix) for t in texts],
+            "min_len": [job(tok, t, beam_size=k, min_len=6, max_len=9) for t in texts],
+            "banned": [job(tok, t, beam_size=k, banned=banned) for t in texts],
+            "attention": [job(tok, t, beam_size=k, n_best=2, attention=True, prefix=prefix) for t in texts],
+            "greedy too": [job(tok, t, beam_size=1 if i % 2 else k, prefix=prefix) for i, t in enumerate(texts)],
+        }
+        for name, jobs in cases.items():
+            on = decodes(rt, jobs, monkeypatch, shortcut=True)
+            assert on == decodes(rt, jobs, monkeypatch, shortcut=False), (k, name)
+            assert on["batch"] == on["alone"] == on["joining"], (k, name)
+
+
+def test_with_a_shortlist_unexpanded_rows_run_once_and_beams_decode_the_same(setup, tiny_package, tiny_checkpoint,
+                                                                           tmp_path, monkeypatch):
+    """The shortcut with a vocabulary shortlist (each row scores its own job's pieces, over the
+    batch's union): one row per job at the first step, and the same results as every row, in
+    one batch, alone and joining (the union differs between those, so only the tokens agree
+    across them, as without the shortcut)."""
+    _, _, tok = setup
+    shutil.copytree(tiny_package, tmp_path / "tiny")
+    package = add_to_package(tmp_path / "tiny", learn(*training_examples(tiny_checkpoint), frequent=16, per_source=4),
+                             {"frequent": 16, "per_source": 4})
+    rt = Runtime(package, RuntimeOptions(device="cpu", threads=1, variant="int8"))
+    assert rt.shortlist is not None
+    runs = counting_rows(rt, monkeypatch)
+    for k in (2, 4):
+        jobs = [job(tok, t, beam_size=k, n_best=2) for t in TEXTS]
+        runs.clear()
+        on = decodes(rt, jobs, monkeypatch, shortcut=True)
+        assert runs[:2] == [len(TEXTS), k * len(TEXTS)]  # the first batch's first two steps
+        assert on == decodes(rt, jobs, monkeypatch, shortcut=False), k
+        tokens = {mode: [[h[0] for h in hyps] for hyps in got] for mode, got in on.items()}
+        assert tokens["batch"] == tokens["alone"] == tokens["joining"], k
