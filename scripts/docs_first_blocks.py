@@ -40,7 +40,9 @@ says SERVING (scripts/wait_serving.py of the clone, server/child.py's ``wait_ser
 background process exits first, or after ``--serve-timeout`` seconds. Those ports must be free
 when the page starts (else the page fails: another server would answer). The bash session is a
 process group of its own, and at the end of the page, passed or not, the whole group gets
-SIGTERM (the servers drain) and, ``--grace`` seconds later, SIGKILL.
+SIGTERM (the servers drain) and, ``--grace`` seconds later, SIGKILL. Containers are not in that
+group: where a line ran ``docker-compose``, ``docker-compose down -v --remove-orphans`` follows in
+the clone (containers, network and volumes of the page's stack).
 
 Skipped lines. A line whose trailing comment says ``needs Docker``, ``needs the internet`` or
 ``needs a GPU`` is skipped, with the reason, only when that is absent here:
@@ -142,6 +144,7 @@ def first_block(page: Path, text: str | None = None) -> Block | None:
 GRPC, HTTP = "gRPC", "HTTP"
 SERVERS = {"nmt-serve": (GRPC, 50051), "nmt-http": (HTTP, 5000)}  # their --port defaults (cli, gateway)
 RUN_SH = ("bash", "scripts/run.sh")  # gRPC on PORT or 50051, unless DEMO_ONLY is set
+COMPOSE = "docker-compose "  # a page that runs it ends with `docker-compose down -v --remove-orphans`
 NEEDS = re.compile(r"\bneeds (Docker|the internet|a GPU)\b")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -469,6 +472,13 @@ def run_page(name: str, clone: Path, logs: Path, args: argparse.Namespace,
         finally:
             stop_group(proc.pid, args.grace)
             proc.wait()
+            if any(go and line.command.startswith(COMPOSE) for line, go in zip(lines, run, strict=True)):
+                out.flush()  # the containers, network and volumes of the page's stack outlive its processes
+                try:
+                    subprocess.run(["docker-compose", "down", "-v", "--remove-orphans"], cwd=clone, env=page_env(),
+                                   stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=600)
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    out.write(f"docs_first_blocks: docker-compose down: {e}\n".encode())
     seconds = time.monotonic() - started
     events = status.read_text().splitlines()
     if not timed_out and rc == 0 and events[-1:] == ["end"]:
