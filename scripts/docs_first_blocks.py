@@ -14,7 +14,10 @@ keeping ``.venv``), and runs the page's first shell block from the clone's root,
 line after another in one bash session (variables and ``$!`` carry over; ``set -o pipefail``;
 a line's exit status other than 0 fails the page). It prints one line per page, passed, FAILED
 (the line and the last lines of the page's output) or skipped (why), with the seconds it took,
-and exits 1 when a page failed. Standard library only: it runs before any .venv exists.
+and exits 1 when a page failed (``--keep`` keeps the clone and each page's log and session
+script). The session's environment is the caller's without an activated virtual environment or
+PYTHONPATH: a page finds only what the clone's set-up made, by the names the page writes.
+Standard library only: it runs before any .venv exists.
 
 A page's first shell block is the first fenced block in bash, sh, shell, zsh, console (its ``$``
 lines) or no language that has a command, as tests/test_docs.py reads blocks; its mark says
