@@ -308,7 +308,7 @@ def test_a_failing_client_count_keeps_the_others_and_a_cpu_server_is_no_gpu_row(
     monkeypatch.setattr(nmt_bench, "server_model", lambda address: pb.ModelInfo(device=device["now"], variant="fp32"))
     items = [nmt_bench.Item(f"text {i}", "en", "de", None, [4, 10 + i, 3]) for i in range(6)]
     args = argparse.Namespace(package="p", threads=1, device="cpu", clients=[1, 2, 4], batch_sizes=[1, 2],
-                              repeats=1, beam_size=4, spin_threads=False)
+                              repeats=1, beam_size=4, spin_threads=False, server_int8=False)
     rows = nmt_bench.run_config(args, "server", "beam", 2, items, None, {}, 10.0)
     assert [(r["clients"], bool(r.get("error"))) for r in rows] == [(1, False), (2, True), (4, False)]
     assert rows[0]["texts"] == [f"TEXT {i}" for i in range(6)] and rows[0]["sentences_per_s"] == 12.0
