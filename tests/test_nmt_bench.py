@@ -317,6 +317,10 @@ def test_a_failing_client_count_keeps_the_others_and_a_cpu_server_is_no_gpu_row(
     # beam 4 x min(4 clients x 2 texts, largest batch 2) = 8 rows, under the server's default 64
     assert started == [{"rows": 64, "device": "cpu", "extra": ["--max-texts", "64", "--max-queue", "1024",
                                                                "--max-tokens-in-flight", "65536", "--no-int8"]}]
+    args.server_int8 = True  # nmt-bench --server-int8: nmt-serve's own default, the int8 graphs
+    nmt_bench.run_config(args, "server", "beam", 2, items, None, {}, 10.0)
+    assert "--no-int8" not in started[-1]["extra"]
+    args.server_int8 = False
     args.device, args.batch_sizes, args.clients = "cuda", [1, 32, 256], [1, 256]
     with pytest.raises(RuntimeError, match="came up on cpu"):
         nmt_bench.run_config(args, "server", "beam", 2, items, None, {}, 10.0)
