@@ -548,11 +548,12 @@ class Batch:
 
     def _first_rows(self) -> np.ndarray | None:
         """The rows a step runs the decoder on when every job is an unexpanded beam job of a
-        grouped batch: each job's first row, in source order (row r reads source r // group);
+        grouped batch: the first row of each aligned block of ``group`` rows, one per job and in
+        source order (row r reads source r // group; an unexpanded job's rows are all alike);
         None otherwise (every row runs)."""
         if self.group == 1 or not all(j.unexpanded for j in self.jobs):
             return None
-        return np.sort([int(self.rows_of[j.id][0]) for j in self.jobs])
+        return np.arange(0, self.n, self.group)
 
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
