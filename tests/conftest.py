@@ -131,26 +131,25 @@ def imported_once(tmp_path_factory, worker_id, name: str, hf_dir: Path, **option
     return ModelPackage.load(root / "package")
 
 
+def hf_model_once(tmp_path_factory, worker_id, name: str, make) -> Path:
+    """The Hugging Face directory ``name`` that ``make(path)`` writes, once per session (``built_once``)."""
+    return built_once(tmp_path_factory, worker_id, name, lambda out: make(out / name)) / name
+
+
 @pytest.fixture(scope="session")
-def marian_dir(tmp_path_factory, worker_id) -> Path:
-    """An OPUS-MT-shaped en-de directory: bench/peers/hf_models.py's tiny Marian."""
+def marian(tmp_path_factory, worker_id):
+    """(an OPUS-MT-shaped en-de directory, bench/peers/hf_models.py's tiny Marian; its import with
+    int8 graphs as a ModelPackage)."""
     from bench.peers.hf_models import make_marian
 
-    return built_once(tmp_path_factory, worker_id, "marian_dir",
-                      lambda out: make_marian(out / "opus-mt-en-de")) / "opus-mt-en-de"
-
-
-@pytest.fixture(scope="session")
-def marian(tmp_path_factory, worker_id, marian_dir):
-    """(``marian_dir``, its import with int8 graphs as a ModelPackage)."""
+    marian_dir = hf_model_once(tmp_path_factory, worker_id, "opus-mt-en-de", make_marian)
     return marian_dir, imported_once(tmp_path_factory, worker_id, "marian_package", marian_dir, int8=True)
 
 
 @pytest.fixture(scope="session")
 def sharp_dir(tmp_path_factory, worker_id) -> Path:
     """The small Marian model (tests/shared_builds.py's small_marian): its outputs run into the hundreds."""
-    return built_once(tmp_path_factory, worker_id, "sharp_dir",
-                      lambda out: small_marian(out / "opus-mt-small")) / "opus-mt-small"
+    return hf_model_once(tmp_path_factory, worker_id, "opus-mt-small", small_marian)
 
 
 @pytest.fixture(scope="session")
