@@ -41,6 +41,7 @@ device takes half the memory. The masks are applied as -1e4, which is finite in 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -166,8 +167,47 @@ def to_fp16(src: Path, dst: Path) -> Path:
     keep = [v.name for v in (*model.graph.input, *model.graph.output) if v.name in float32_io]
     model = convert_float_to_float16(model, keep_io_types=keep, op_block_list=["LogSoftmax"],
                                      node_block_list=_downstream(model.graph, "LogSoftmax"))
+    single_assignment(model.graph)
     onnx.save_model(model, str(dst))
+    # onnxruntime checks the graph as it loads it: here, rather than first on a CUDA host
+    import onnxruntime as ort
+
+    ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
     return dst
+
+
+def single_assignment(graph) -> None:
+    """Leave one node per output tensor and one value_info per name, and give every node its own name.
+
+    onnxruntime's float16 converter before 1.31 inserts a Cast in front of every float32-only
+    consumer of a float16 tensor, each with the same name and the same output: two consumers of
+    one tensor gave a graph onnxruntime refuses to load ("two nodes with same node name"). That is
+    how the step graph exported on a host with onnxruntime 1.30 failed on CUDA. Identical copies
+    are dropped; two different nodes writing one tensor are an error; duplicate names of distinct
+    nodes get a numbered suffix."""
+    producer: dict[str, Any] = {}
+    kept = []
+    for node in graph.node:
+        twin = next((producer[o] for o in node.output if o and o in producer), None)
+        if twin is None:
+            kept.append(node)
+            producer.update({o: node for o in node.output if o})
+        elif twin.SerializeToString(deterministic=True) != node.SerializeToString(deterministic=True):
+            both = sorted(set(twin.output) & set(node.output))
+            raise ValueError(f"nodes {twin.name!r} and {node.name!r} both write {both}")
+    if len(kept) != len(graph.node):
+        del graph.node[:]
+        graph.node.extend(kept)
+    seen_info: set[str] = set()
+    infos = [v for v in graph.value_info if not (v.name in seen_info or seen_info.add(v.name))]
+    if len(infos) != len(graph.value_info):
+        del graph.value_info[:]
+        graph.value_info.extend(infos)
+    names: set[str] = set()
+    for i, node in enumerate(graph.node):
+        if node.name and node.name in names:
+            node.name = f"{node.name}_{i}"
+        names.add(node.name)
 
 
 def _downstream(graph, op_type: str) -> list[str]:

@@ -15,7 +15,7 @@ from engine.decoding import DecodeOptions, Job, decode_all, whole_vectors
 from engine.defaults import default_max_len
 from engine.package import ModelPackage
 from engine.runtime import CPU_DISABLED_FUSIONS, Runtime, RuntimeOptions
-from export.quantize import SIGNED_MAX, TINY_SCALE, UNSIGNED_MAX, quantize_weight, to_int8
+from export.quantize import SIGNED_MAX, TINY_SCALE, UNSIGNED_MAX, quantize_weight, single_assignment, to_fp16, to_int8
 from training import checkpoint as ckpt_io
 from training.data import clean, load_bible, split_of
 
@@ -191,3 +191,74 @@ def test_rows_sharing_a_source_get_the_bits_of_their_own_copy(tiny_package, tiny
     assert shared[0].shape == (rows, rt.package.dims.vocab_size)
     assert np.array_equal(shared[0], tiled[0]) and np.array_equal(shared[3], tiled[3])
     assert all(np.array_equal(a, b) for a, b in zip(shared[1] + shared[2], tiled[1] + tiled[2]))
+
+
+def _cast_twice_graph() -> onnx.ModelProto:
+    """What onnxruntime's float16 converter before 1.31 made of a float16 tensor read by two float32-only
+    nodes: one Cast per reader, both with the same name, output and value_info."""
+    cast = dict(inputs=["x"], outputs=["x_cast_to_fp32"], to=TensorProto.FLOAT, name="x_cast_to_fp32_node")
+    nodes = [helper.make_node("Cast", **cast),
+             helper.make_node("LogSoftmax", ["x_cast_to_fp32"], ["a"], axis=-1, name="first"),
+             helper.make_node("Cast", **cast),
+             helper.make_node("Exp", ["x_cast_to_fp32"], ["b"], name="second")]
+    info = helper.make_tensor_value_info("x_cast_to_fp32", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in ("a", "b")],
+                              value_info=[info, info])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_a_cast_inserted_once_per_reader_becomes_one_node_onnxruntime_loads(tmp_path):
+    model = _cast_twice_graph()
+    with pytest.raises(Exception, match="same node name"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    single_assignment(model.graph)
+    assert [n.name for n in model.graph.node] == ["x_cast_to_fp32_node", "first", "second"]
+    assert [v.name for v in model.graph.value_info] == ["x_cast_to_fp32"]
+    x = np.array([[0.0, 1.0, 2.0], [3.0, -1.0, 0.5]], dtype=np.float16)
+    a, b = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    x32 = x.astype(np.float32)
+    np.testing.assert_allclose(b, np.exp(x32), rtol=1e-6)
+    np.testing.assert_allclose(a, x32 - np.log(np.exp(x32).sum(-1, keepdims=True)), atol=1e-6)
+
+
+def test_two_different_nodes_writing_one_tensor_are_refused_and_twin_names_renamed():
+    model = _cast_twice_graph()
+    model.graph.node[2].op_type = "Identity"
+    del model.graph.node[2].attribute[:]
+    with pytest.raises(ValueError, match=r"nodes 'x_cast_to_fp32_node' and 'x_cast_to_fp32_node' both write "
+                                         r"\['x_cast_to_fp32'\]"):
+        single_assignment(model.graph)
+    model = _cast_twice_graph()
+    model.graph.node[3].name = "first"
+    single_assignment(model.graph)
+    assert [n.name for n in model.graph.node] == ["x_cast_to_fp32_node", "first", "first_2"]
+
+
+def test_fp16_graph_of_a_tensor_read_twice_after_log_softmax_loads_and_keeps_float32_outputs(tmp_path):
+    """The step graph's shape: a float16 tensor read by LogSoftmax and by a node computed from it."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"], name="proj"),
+             helper.make_node("LogSoftmax", ["logits"], ["log_softmax"], axis=-1, name="log_softmax"),
+             helper.make_node("ReduceMax", ["logits"], ["peak"], keepdims=0, name="peak_of_logits"),
+             helper.make_node("Add", ["log_softmax", "scores"], ["log_probs"], name="add_scores")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                                           helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, 1])],
+                              [helper.make_tensor_value_info("log_probs", TensorProto.FLOAT, [2, 4]),
+                               helper.make_tensor_value_info("peak", TensorProto.FLOAT, [2])], initializer=[w])
+    src, dst = tmp_path / "g.onnx", tmp_path / "g.fp16.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(src))
+    to_fp16(src, dst)
+    half = onnx.load(str(dst))
+    names = [n.name for n in half.graph.node]
+    assert len(names) == len(set(names))
+    outputs = [o for n in half.graph.node for o in n.output]
+    assert len(outputs) == len(set(outputs))
+    x = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -0.5]], dtype=np.float16)
+    scores = np.array([[0.0], [-1.0]], dtype=np.float32)  # the running scores stay float32
+    session = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+    assert {o.name: o.type for o in session.get_outputs()}["log_probs"] == "tensor(float)"
+    got = session.run(["log_probs"], {"x": x, "scores": scores})
+    logits = x.astype(np.float32) @ numpy_helper.to_array(w)
+    want = logits - np.log(np.exp(logits).sum(-1, keepdims=True)) + scores
+    np.testing.assert_allclose(got[0], want, atol=2e-2)
