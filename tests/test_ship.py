@@ -53,3 +53,34 @@ def test_a_changed_file_fails_before_unpickling(shipped, tmp_path):
     (copy / "other.pt").write_bytes(b"")
     with pytest.raises(ValueError, match=r"other\.pt is not listed in"):
         load(copy / "other.pt")
+
+
+def test_ship_interpolates_two_models_tensor_by_tensor(tiny_checkpoint, tmp_path):
+    ckpt = load(tiny_checkpoint)
+    shifted = {k: (v.float() + 1.0 if v.is_floating_point() else v) for k, v in ckpt["model"].items()}
+    other = tmp_path / "other.pt"
+    torch.save({**ckpt, "model": shifted}, other)
+    path = ship(tiny_checkpoint, tmp_path / "mixed", other, 0.25)
+    mixed = load(path)
+    assert mixed["interpolated"] == {"with": str(other), "weight": 0.25}
+    for k, v in ckpt["model"].items():
+        if v.is_floating_point():
+            want = (0.25 * v.float() + 0.75 * (v.float() + 1.0)).half()
+            assert torch.equal(mixed["model"][k], want), k
+
+
+def test_interpolating_models_of_another_shape_is_refused(tiny_checkpoint, tmp_path, capsys):
+    from training.ship import main
+
+    ckpt = load(tiny_checkpoint)
+    k = next(k for k, v in ckpt["model"].items() if v.dim() == 2)
+    other = tmp_path / "other.pt"
+    torch.save({**ckpt, "model": {**ckpt["model"], k: torch.zeros(3, 3)}}, other)
+    with pytest.raises(SystemExit) as caught:
+        main([str(tiny_checkpoint), str(tmp_path / "out"), "--interpolate", str(other), "--weight", "0.7"])
+    assert caught.value.code == 2
+    shape = tuple(ckpt["model"][k].shape)
+    assert f"the two models differ in shape: {k} {shape} against (3, 3)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="--weight 1.5: it must be between 0 and 1"):
+        ship(tiny_checkpoint, tmp_path / "out", tiny_checkpoint, 1.5)

@@ -1,6 +1,12 @@
 """Ship a trained model in a directory small enough for the repository.
 
     python -m training.ship runs/multi6 models/default
+    python -m training.ship runs/gpu-continue runs/stage10 --interpolate models/default --weight 0.7
+
+``--interpolate OLD --weight W`` ships W x the source's weights + (1 - W) x OLD's, tensor by tensor
+(WiSE-FT, Wortsman et al. 2022): a fine-tune that gained on new text and lost some of the old
+gets most of the one back at little of the other. Both must have the same shape; the shipped
+checkpoint records what it was interpolated with.
 
 Writes ``model.pt`` (half-precision weights, the run's config and the tokenizer: a
 checkpoint that every command taking a checkpoint accepts), ``config.json`` and
@@ -17,6 +23,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import torch
+
 from training.checkpoint import SUMS_FILE, load, resolve, save_atomic, sha256_file
 from training.config import RunConfig
 
@@ -26,15 +34,35 @@ def write_sums(directory: Path) -> None:
     (directory / SUMS_FILE).write_text("".join(f"{sha256_file(p)}  {p.name}\n" for p in files))
 
 
-def ship(source: str | Path, out: str | Path) -> Path:
+def interpolate(new: dict[str, torch.Tensor], old: dict[str, torch.Tensor], weight: float) -> dict[str, torch.Tensor]:
+    """weight x new + (1 - weight) x old, tensor by tensor, in float32."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"--weight {weight}: it must be between 0 and 1")
+    if new.keys() != old.keys():
+        raise ValueError(f"the two models have different tensors: {sorted(new.keys() ^ old.keys())[:4]}")
+    shapes = [k for k in new if new[k].shape != old[k].shape]
+    if shapes:
+        k = shapes[0]
+        raise ValueError(f"the two models differ in shape: {k} {tuple(new[k].shape)} against {tuple(old[k].shape)}")
+    return {k: weight * v.float() + (1.0 - weight) * old[k].float() if v.is_floating_point() else v
+            for k, v in new.items()}
+
+
+def ship(source: str | Path, out: str | Path, with_model: str | Path | None = None, weight: float = 1.0) -> Path:
     src = resolve(source)
     ckpt = load(src)
     out = Path(out)
+    weights = ckpt["model"]
+    extra: dict = {}
+    if with_model is not None:
+        other = resolve(with_model)
+        weights = interpolate(weights, load(other)["model"], weight)
+        extra["interpolated"] = {"with": str(other), "weight": weight}
     out.mkdir(parents=True, exist_ok=True)
     cfg = RunConfig.from_dict(ckpt["config"])
-    half = {k: (v.half() if v.is_floating_point() else v) for k, v in ckpt["model"].items()}
+    half = {k: (v.half() if v.is_floating_point() else v) for k, v in weights.items()}
     shipped = {"model": half, "config": ckpt["config"], "tokenizer_model": ckpt["tokenizer_model"],
-               "step": ckpt.get("step"), "source": src.name, "dtype": "float16"}
+               "step": ckpt.get("step"), "source": src.name, "dtype": "float16", **extra}
     save_atomic(shipped, out / "model.pt")
     cfg.save(out / "config.json")
     (out / "tokenizer.model").write_bytes(ckpt["tokenizer_model"])
@@ -50,8 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", help="a checkpoint, or a run directory (its average.pt)")
     p.add_argument("out", help="directory to write")
+    p.add_argument("--interpolate", metavar="OLD", help="a model to interpolate with (a checkpoint or directory)")
+    p.add_argument("--weight", type=float, default=0.5, help="the source's share with --interpolate (default: 0.5)")
     args = p.parse_args(argv)
-    path = ship(args.source, args.out)
+    try:
+        path = ship(args.source, args.out, args.interpolate, args.weight if args.interpolate else 1.0)
+    except ValueError as e:
+        p.error(str(e))
     n = sum(v.numel() for v in load(path)["model"].values())  # read back as every command reads it
     print(json.dumps({"wrote": str(path), "parameters": n, "bytes": path.stat().st_size}))
     return 0
