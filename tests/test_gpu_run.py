@@ -132,9 +132,8 @@ def test_a_server_that_exits_before_serving_says_why(tmp_path):
     from server.child import NotServing
 
     log = tmp_path / "server.log"
-    with pytest.raises(NotServing) as caught:
-        with gpu_run.serving(tmp_path / "no-package", 1, log=log, device="cpu"):
-            pass
+    with pytest.raises(NotServing) as caught, gpu_run.serving(tmp_path / "no-package", 1, log=log, device="cpu"):
+        pass
     said = str(caught.value)
     assert "exited with code 2" in said
     assert "its log ends: " in said and "no-package" in said.split("its log ends: ")[1]

@@ -82,5 +82,5 @@ def test_interpolating_models_of_another_shape_is_refused(tiny_checkpoint, tmp_p
     shape = tuple(ckpt["model"][k].shape)
     assert f"the two models differ in shape: {k} {shape} against (3, 3)" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ValueError, match="--weight 1.5: it must be between 0 and 1"):
+    with pytest.raises(ValueError, match=r"--weight 1\.5: it must be between 0 and 1"):
         ship(tiny_checkpoint, tmp_path / "out", tiny_checkpoint, 1.5)
