@@ -672,9 +672,12 @@ class ResidentBatch:
     beam), and the cross-attention only when a job asked for it. A step appends one cache
     slot for every row (the reordered cache plus the new keys and values, in the graph);
     beams are re-ranked on the host from the candidates, and a parent's second child takes
-    its cache through the next step's reorder. When jobs join or leave, the rows graph
-    rebuilds the buffers once: kept rows in order, newcomers' encoder rows per beam, cache
-    slots no live row uses dropped, the source width fitted to the longest live source.
+    its cache through the next step's reorder. When jobs join, the rows graph rebuilds the
+    buffers once: kept rows in order, newcomers' encoder rows per beam, cache slots no live
+    row uses dropped, the source width fitted to the longest live source. Jobs that leave
+    leave their rows behind, dead (fed pad, their outputs unread), until dead rows are
+    ``COMPACT_AT`` of the buffers or jobs join: a greedy batch of 256 lost a job at nearly
+    every step, and a rebuild per step doubled the graph runs (35 rows runs to 30 steps).
 
     On a GPU the per-step copy of the cache (a graph cannot write into its input) costs
     what reading it does anyway; on the CPU ``Batch`` is faster (it writes one slot in place
@@ -686,11 +689,14 @@ class ResidentBatch:
     and another after it; a GPU step of k times the rows costs little more anyway.
     """
 
+    COMPACT_AT = 0.5  # the share of dead rows at which leaving jobs' rows are dropped
+
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.jobs: list[Job] = []
         self.rows_of: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
-        self.n = 0
+        self.size = 0  # rows in the buffers, dead ones included
+        self.live = np.zeros(0, dtype=bool)  # which buffer rows belong to a job
         n_layers = runtime.n_layers
         self._host_step_inputs = 8  # input_ids .. top_k: contract.step_inputs before the per-layer values
         self._step_values = contract.step_inputs(n_layers)[self._host_step_inputs:]
@@ -705,11 +711,17 @@ class ResidentBatch:
         self.past_mask = np.zeros((0, 0), dtype=bool)
         self.src_mask = np.zeros((0, 0), dtype=bool)
         self.reorder = np.zeros(0, dtype=np.int64)  # row i continues row reorder[i]'s cache at the next step
+        self.live = np.zeros(0, dtype=bool)
+
+    @property
+    def n(self) -> int:
+        """The jobs' rows (what the scheduler counts); the buffers may hold dead rows beside them."""
+        return sum(j.k for j in self.jobs)
 
     @property
     def capacity(self) -> tuple[int, int, int]:
-        """(rows, cache slots, source width) the device buffers hold."""
-        return self.n, self.past_mask.shape[1], self.src_mask.shape[1]
+        """(rows, cache slots, source width) the device buffers hold, dead rows included."""
+        return self.size, self.past_mask.shape[1], self.src_mask.shape[1]
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -717,7 +729,7 @@ class ResidentBatch:
     def _rebuild(self, kept: np.ndarray, new: Encoded | None) -> None:
         """New device buffers: the old rows ``kept`` (in that order), then ``new``'s jobs, one
         row per beam; slots no kept row uses and source columns past the longest are dropped."""
-        old_rows = self.n
+        old_rows = self.size
         slots = self.past_mask[kept].any(axis=0).nonzero()[0] if len(kept) else np.zeros(0, dtype=np.int64)
         used = self.src_mask[kept].any(axis=0).nonzero()[0]
         width = int(used[-1]) + 1 if used.size else 0
@@ -752,34 +764,44 @@ class ResidentBatch:
         src_mask[len(kept):, :new_width] = new_mask
         self.past_mask, self.src_mask = past_mask, src_mask
         self.reorder = np.arange(rows, dtype=np.int64)
-        self.n = rows
+        self.size = rows
+        self.live = np.ones(rows, dtype=bool)
+
+    def _compact(self, new: Encoded | None) -> int:
+        """Rebuild with the jobs' rows in job order (dead rows dropped), then ``new``'s; the
+        jobs' rows renumbered once it succeeded. Returns the first of ``new``'s rows."""
+        kept = (np.concatenate([self.rows_of[j.id] for j in self.jobs]) if self.jobs
+                else np.zeros(0, dtype=np.int64))
+        self._rebuild(kept, new)
+        moved = np.empty(int(kept.max()) + 1 if kept.size else 0, dtype=np.int64)
+        moved[kept] = np.arange(len(kept))
+        for j in self.jobs:
+            self.rows_of[j.id] = moved[self.rows_of[j.id]]
+        return len(kept)
 
     def add(self, groups: list[Encoded]) -> None:
-        """Jobs join with their encoder output (device values); one rebuild per encoder run."""
+        """Jobs join with their encoder output (device values); one rebuild per encoder run,
+        which also drops the dead rows."""
         for group in Encoded.merge(groups):
-            first = self.n
-            self._rebuild(np.arange(self.n), group)
+            first = self._compact(group)
             for job, start in zip(group.jobs, np.cumsum([first, *[j.k for j in group.jobs][:-1]])):
                 self.rows_of[job.id] = np.arange(start, start + job.k)
             self.jobs.extend(group.jobs)
 
     def remove(self, leaving: set[int]) -> None:
-        """Drop the jobs whose ids are in ``leaving``; the others keep their order."""
+        """Drop the jobs whose ids are in ``leaving``; the others keep their order. Their rows
+        stay in the buffers, dead, until dead rows are COMPACT_AT of them."""
         if not leaving:
             return
         for jid in leaving:
-            self.rows_of.pop(jid)
+            self.live[self.rows_of.pop(jid)] = False
         self.jobs = [j for j in self.jobs if j.id not in leaving]
         if not self.jobs:
-            self.n = 0
+            self.size = 0
             self._empty()  # idle: give the device memory back
             return
-        kept = np.concatenate([self.rows_of[j.id] for j in self.jobs])
-        moved = np.empty(self.n, dtype=np.int64)
-        moved[kept] = np.arange(len(kept))
-        self._rebuild(kept, None)
-        for j in self.jobs:
-            self.rows_of[j.id] = moved[self.rows_of[j.id]]
+        if (~self.live).sum() >= self.COMPACT_AT * self.size:
+            self._compact(None)
 
     def _run(self, rows: np.ndarray | slice, values: tuple, reorder: np.ndarray, input_ids: np.ndarray,
              positions: np.ndarray, scores: np.ndarray, ban: np.ndarray, k: int, to_host: tuple[str, ...]) -> list:
@@ -792,8 +814,11 @@ class ResidentBatch:
 
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
-        n, rt = self.n, self.rt
+        n, rt = self.size, self.rt
         input_ids, positions, _ = row_inputs(self.jobs, self.rows_of, n)
+        dead = ~self.live
+        if dead.any():  # rows of jobs that left: any valid token will do, their outputs are not read
+            input_ids[dead], positions[dead] = self.jobs[0].pad, 0
         scores = np.zeros(n, dtype=np.float32)  # greedy rows: the candidates are the log-probabilities
         ban = np.zeros(n, dtype=bool)
         for j in self.jobs:

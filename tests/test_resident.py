@@ -102,8 +102,10 @@ def test_continuous_batching_gives_each_job_its_own_tokens(setup):
             finished.add(cancelled.id)
         batch.remove(finished)
         rows, slots, width = batch.capacity
-        assert rows == sum(j.k for j in batch.jobs) and batch.past_mask.shape == (rows, slots)
-        assert all(slots <= j.step + 1 for j in batch.jobs[:1]) or not batch.jobs  # the oldest job bounds the slots
+        assert batch.n == sum(j.k for j in batch.jobs) == batch.live.sum() and batch.past_mask.shape == (rows, slots)
+        assert rows - batch.n < ResidentBatch.COMPACT_AT * rows or not batch.jobs  # dead rows: fewer than that
+        if rows == batch.n:  # just rebuilt: the oldest job bounds the slots
+            assert all(slots <= j.step + 1 for j in batch.jobs[:1])
         widths.append(width)
         step += 1
     assert batch.n == 0 and batch.capacity == (0, 0, 0)
@@ -111,6 +113,35 @@ def test_continuous_batching_gives_each_job_its_own_tokens(setup):
         if job is not cancelled:
             same([job.result], [expected])
     assert max(widths) > min(w for w in widths if w)  # the source width followed the live jobs
+
+
+def test_leaving_jobs_leave_dead_rows_until_half_the_rows_are_dead(setup, monkeypatch):
+    """A greedy batch loses a job at nearly every step; rebuilding the buffers each time doubled
+    the graph runs. Dead rows are fed pad and their outputs unread: every job's tokens unchanged."""
+    numpy_rt, resident_rt, _, tok = setup
+    texts = TEXTS * 2
+    options = [DecodeOptions()] * len(texts)
+    expected = decode_all(numpy_rt, jobs_for(tok, texts, options))
+    runs = {"rows": 0, "step": 0}
+    for name in runs:
+        original = getattr(resident_rt, f"run_{name}")
+        monkeypatch.setattr(resident_rt, f"run_{name}",
+                            lambda *a, _f=original, _n=name, **k: (runs.__setitem__(_n, runs[_n] + 1), _f(*a, **k))[1])
+    jobs = jobs_for(tok, texts, options)
+    batch = ResidentBatch(resident_rt)
+    batch.add(encode_jobs(resident_rt, jobs))
+    finish_steps, dead_seen = set(), 0
+    while batch.jobs:
+        finished = batch.step()
+        if finished:
+            finish_steps.add(runs["step"])
+        batch.remove({j.id for j in finished})
+        dead_seen = max(dead_seen, batch.capacity[0] - batch.n)
+    same([j.result for j in jobs], expected)
+    groups = len(encode_jobs(resident_rt, jobs_for(tok, texts, options)))  # one rows run each, to join
+    compactions = runs["rows"] - groups
+    assert dead_seen > 0 and compactions <= len(texts).bit_length()  # each one halves the rows at least
+    assert compactions < len(finish_steps) - 1  # before: a rebuild at every step a job left (but the last)
 
 
 def test_probe_runs_a_job_alone_and_changes_nothing(setup):
