@@ -695,8 +695,6 @@ class ResidentBatch:
         self.rt = runtime
         self.jobs: list[Job] = []
         self.rows_of: dict[int, np.ndarray] = {}  # job id -> its rows (beam order)
-        self.size = 0  # rows in the buffers, dead ones included
-        self.live = np.zeros(0, dtype=bool)  # which buffer rows belong to a job
         n_layers = runtime.n_layers
         self._host_step_inputs = 8  # input_ids .. top_k: contract.step_inputs before the per-layer values
         self._step_values = contract.step_inputs(n_layers)[self._host_step_inputs:]
@@ -711,17 +709,17 @@ class ResidentBatch:
         self.past_mask = np.zeros((0, 0), dtype=bool)
         self.src_mask = np.zeros((0, 0), dtype=bool)
         self.reorder = np.zeros(0, dtype=np.int64)  # row i continues row reorder[i]'s cache at the next step
-        self.live = np.zeros(0, dtype=bool)
+        self.live = np.zeros(0, dtype=bool)  # per buffer row: does it belong to a job (else dead)
 
     @property
     def n(self) -> int:
         """The jobs' rows (what the scheduler counts); the buffers may hold dead rows beside them."""
-        return sum(j.k for j in self.jobs)
+        return int(self.live.sum())
 
     @property
     def capacity(self) -> tuple[int, int, int]:
         """(rows, cache slots, source width) the device buffers hold, dead rows included."""
-        return self.size, self.past_mask.shape[1], self.src_mask.shape[1]
+        return self.live.size, self.past_mask.shape[1], self.src_mask.shape[1]
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -729,7 +727,7 @@ class ResidentBatch:
     def _rebuild(self, kept: np.ndarray, new: Encoded | None) -> None:
         """New device buffers: the old rows ``kept`` (in that order), then ``new``'s jobs, one
         row per beam; slots no kept row uses and source columns past the longest are dropped."""
-        old_rows = self.size
+        old_rows = self.live.size
         slots = self.past_mask[kept].any(axis=0).nonzero()[0] if len(kept) else np.zeros(0, dtype=np.int64)
         used = self.src_mask[kept].any(axis=0).nonzero()[0]
         width = int(used[-1]) + 1 if used.size else 0
@@ -764,7 +762,6 @@ class ResidentBatch:
         src_mask[len(kept):, :new_width] = new_mask
         self.past_mask, self.src_mask = past_mask, src_mask
         self.reorder = np.arange(rows, dtype=np.int64)
-        self.size = rows
         self.live = np.ones(rows, dtype=bool)
 
     def _compact(self, new: Encoded | None) -> int:
@@ -772,9 +769,9 @@ class ResidentBatch:
         jobs' rows renumbered once it succeeded. Returns the first of ``new``'s rows."""
         kept = (np.concatenate([self.rows_of[j.id] for j in self.jobs]) if self.jobs
                 else np.zeros(0, dtype=np.int64))
-        self._rebuild(kept, new)
-        moved = np.empty(int(kept.max()) + 1 if kept.size else 0, dtype=np.int64)
+        moved = np.empty(self.live.size, dtype=np.int64)
         moved[kept] = np.arange(len(kept))
+        self._rebuild(kept, new)
         for j in self.jobs:
             self.rows_of[j.id] = moved[self.rows_of[j.id]]
         return len(kept)
@@ -797,10 +794,9 @@ class ResidentBatch:
             self.live[self.rows_of.pop(jid)] = False
         self.jobs = [j for j in self.jobs if j.id not in leaving]
         if not self.jobs:
-            self.size = 0
             self._empty()  # idle: give the device memory back
             return
-        if (~self.live).sum() >= self.COMPACT_AT * self.size:
+        if (~self.live).sum() >= self.COMPACT_AT * self.live.size:
             self._compact(None)
 
     def _run(self, rows: np.ndarray | slice, values: tuple, reorder: np.ndarray, input_ids: np.ndarray,
@@ -814,7 +810,7 @@ class ResidentBatch:
 
     def step(self) -> list[Job]:
         """One decoder step for every row; returns the jobs that finished."""
-        n, rt = self.size, self.rt
+        n, rt = self.live.size, self.rt
         input_ids, positions, _ = row_inputs(self.jobs, self.rows_of, n)
         dead = ~self.live
         if dead.any():  # rows of jobs that left: any valid token will do, their outputs are not read
