@@ -78,18 +78,16 @@ shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$L/bible.d
     pids=$(train_pids)
     [ -n "$pids" ] && kill -TERM $pids && sleep 3
     say "training stopped:"; tail -n 3 "$RUN/train.log"; cp "$RUN/train.log" "$OUT/train.log"
-    # the last four checkpoints averaged (the run is stopped, not finished, so it wrote no average.pt)
+    # a stopped run wrote no average.pt: its last checkpoints averaged as a finished run's are
     python3 - "$RUN" <<'PY'
 import sys
 from pathlib import Path
 from training import checkpoint as ckpt_io
+from training.config import RunConfig
+from training.train import finish_average
 run = Path(sys.argv[1])
-found = ckpt_io.list_checkpoints(run)[-4:]
-last = ckpt_io.load(found[-1])
-ckpt_io.save_atomic({"model": ckpt_io.average(found), "config": last["config"], "step": last["step"],
-                     "averaged": [p.name for p in found], "tokenizer_model": last["tokenizer_model"]},
-                    run / "average.pt")
-print("averaged", [p.name for p in found])
+last = ckpt_io.load(ckpt_io.list_checkpoints(run)[-1])
+finish_average(RunConfig.from_dict(last["config"]), run, last["step"], last["tokenizer_model"])
 PY
     rm -rf "$RUN/model" && python3 -m training.ship "$RUN" "$RUN/model" \
       && tar -C "$RUN/model" -cf - . | split -b 15M - "$OUT/model.tar.part-"

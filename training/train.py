@@ -508,19 +508,19 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
         if run.dev and (not state.history or "dev_bleu" not in state.history[-1]):
             run.evaluate(collapse_check=False)
             run.write_history()
-        finish_average(run.cfg, run.out, state, run.tok_bytes)
+        finish_average(run.cfg, run.out, state.step, run.tok_bytes)
     barrier(d)
     if d.world > 1:
         dist.destroy_process_group()
     return state
 
 
-def finish_average(cfg: RunConfig, out: Path, state: State, tok_bytes: bytes) -> None:
+def finish_average(cfg: RunConfig, out: Path, step: int, tok_bytes: bytes) -> None:
     """Average the last N checkpoints into ``average.pt`` (inference only, no optimizer)."""
     found = ckpt_io.list_checkpoints(out)[-cfg.train.average_last:]
     if cfg.train.average_last < 2 or len(found) < 2:
         return
-    ckpt_io.save_atomic({"model": ckpt_io.average(found), "config": cfg.to_dict(), "step": state.step,
+    ckpt_io.save_atomic({"model": ckpt_io.average(found), "config": cfg.to_dict(), "step": step,
                          "averaged": [p.name for p in found], "tokenizer_model": tok_bytes}, out / "average.pt")
     print(f"averaged {len(found)} checkpoints ({', '.join(p.name for p in found)}) into {out / 'average.pt'}",
           flush=True)
