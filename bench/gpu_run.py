@@ -37,7 +37,6 @@ profiles) go to ``--work``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -50,7 +49,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -773,7 +771,7 @@ class Run:
                                 "rows": rows}
 
     def server(self) -> None:
-        from server.child import process_rss_mib
+        from server.child import ServerProcess, process_rss_mib
 
         args, s = self.args, self.sentences
         direction = args.bench_direction or s.directions[0]
@@ -788,8 +786,9 @@ class Run:
                  str(max(65536, rows_cap * 256))]
         beams = {"greedy": 1, "beam": args.beam}
         rows = []
-        with GpuMemory() as mem, serving(args.package, args.threads, max_batch_rows=rows_cap, device=args.device,
-                                         extra=extra, log=args.work / "server.log") as srv:
+        with GpuMemory() as mem, ServerProcess(args.package, args.threads, max_batch_rows=rows_cap,
+                                               device=args.device, extra=extra,
+                                               log=args.work / "server.log") as srv:
             from bench.nmt_bench import server_model
 
             model = server_model(srv.address)
@@ -852,23 +851,6 @@ class Run:
         log(f"results: {self.args.out / 'results.json'} and {self.args.out / 'results.md'}")
         failed = [n for n, p in self.result["phases"].items() if p["status"] == "failed"]
         return EXIT_FAILED if failed else EXIT_OK
-
-
-@contextlib.contextmanager
-def serving(package: Path, threads: int, *, log: Path, **kwargs: Any) -> Iterator[Any]:
-    """nmt-serve as a child process; when it exits before serving, the error carries the end of its log
-    (on a GPU host the log itself does not come back)."""
-    from server.child import NotServing, ServerProcess
-
-    try:
-        srv = ServerProcess(package, threads, log=log, **kwargs).__enter__()
-    except NotServing as e:
-        said = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-4:] if log.exists() else []
-        raise NotServing(f"{e}; its log ends: {' | '.join(said) or '(empty)'}") from e
-    try:
-        yield srv
-    finally:
-        srv.__exit__(None, None, None)
 
 
 def bench_pairs(checkpoint: Path, direction: str, n: int) -> list[tuple[str, str]]:

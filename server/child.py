@@ -68,10 +68,22 @@ class ServerProcess:
             stderr.close()  # the child holds its own copy
         try:
             wait_serving(self.address, self.start_timeout, lambda: self.proc.poll())
+        except NotServing as e:
+            self.__exit__()
+            if self.log:
+                raise NotServing(f"{e}; its log ends: {self._log_tail()}") from e
+            raise
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def _log_tail(self, lines: int = 4) -> str:  # only with a log
+        """The end of the server's log, one line: why it would not serve, where the log itself
+        does not travel (a GPU host gives back only results)."""
+        said = self.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-lines:] \
+            if self.log.exists() else []
+        return " | ".join(said) or "(empty)"
 
     def __exit__(self, *exc: object) -> None:
         stop_process(self.proc)

@@ -126,14 +126,3 @@ def test_the_gpu_run_on_a_gpu(tmp_path):  # pragma: no cover - needs a GPU
     r = script("scripts/gpu_run.sh", "--out", str(tmp_path / "out"), timeout=900)
     assert r.returncode == 0, r.stdout[-3000:]
 
-
-def test_a_server_that_exits_before_serving_says_why(tmp_path):
-    """On a GPU host only the results come back, not the server's log: the error carries its end."""
-    from server.child import NotServing
-
-    log = tmp_path / "server.log"
-    with pytest.raises(NotServing) as caught, gpu_run.serving(tmp_path / "no-package", 1, log=log, device="cpu"):
-        pass
-    said = str(caught.value)
-    assert "exited with code 2" in said
-    assert "its log ends: " in said and "no-package" in said.split("its log ends: ")[1]

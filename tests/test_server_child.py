@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from nmt.v1 import translator_pb2_grpc as pb_grpc
-from server.child import ServerProcess, process_rss_mib
+from server.child import NotServing, ServerProcess, process_rss_mib
 from tests.server_harness import request
 
 
@@ -31,3 +31,13 @@ def test_a_child_serves_without_the_sentence_cache_unless_told():
     """Benchmarks resend the same sentences: their server decodes them, unless ``extra`` turns the cache on."""
     assert ServerProcess("pkg", threads=1).args[-2:] == ["--cache", "off"]
     assert ServerProcess("pkg", threads=1, extra=["--cache", "auto"]).args[-2:] == ["--cache", "auto"]
+
+
+def test_a_server_that_exits_before_serving_says_why(tmp_path):
+    """Where the log does not travel (a GPU host gives back only results), the error carries its end."""
+    log = tmp_path / "server.log"
+    with pytest.raises(NotServing) as caught, ServerProcess(tmp_path / "no-package", 1, log=log, device="cpu"):
+        pass
+    said = str(caught.value)
+    assert "exited with code 2" in said
+    assert "its log ends: " in said and "no-package" in said.split("its log ends: ")[1]
