@@ -677,7 +677,8 @@ class ResidentBatch:
     row uses dropped, the source width fitted to the longest live source. Jobs that leave
     leave their rows behind, dead (fed pad, their outputs unread), until dead rows are
     ``COMPACT_AT`` of the buffers or jobs join: a greedy batch of 256 lost a job at nearly
-    every step, and a rebuild per step doubled the graph runs (35 rows runs to 30 steps).
+    every step, and a rebuild per step nearly doubled the graph runs (33 rows runs beside 35
+    steps; bench/studies/resident_rows.py).
 
     On a GPU the per-step copy of the cache (a graph cannot write into its input) costs
     what reading it does anyway; on the CPU ``Batch`` is faster (it writes one slot in place

@@ -241,3 +241,16 @@ def test_glossary_terms_measures_every_way_on_a_package(tiny_package, capsys):
     rows = lines[2:]
     assert [(r[:9].strip(), r[10:23].strip()) for r in rows] == [(m, w) for m in ("glossary", "keep") for w in METHODS]
     assert all(r.split()[-1].endswith("%") for r in rows)
+
+
+def test_resident_rows_counts_both_ways_with_the_same_tokens(tiny_package, capsys):
+    """bench/studies/resident_rows.py on the tiny model: fewer rows runs with dead rows kept, same tokens."""
+    from bench.studies.resident_rows import main as rows_main
+
+    assert rows_main(["--package", str(tiny_package), "--sentences", "24"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "24 phrases, greedy, one batch | step runs | rows runs"
+    kept, every = (line.split(" | ") for line in out[1:3])
+    assert kept[0] == "dead rows kept (COMPACT_AT 0.5)" and every[0] == "a rebuild at every leave"
+    assert kept[1] == every[1] and int(kept[2]) < int(every[2])
+    assert out[3] == "same tokens: True"
