@@ -3,8 +3,9 @@ descriptions (``debian-descriptions``, corpus/ddtp.py), the message catalogs pro
 ship (``debian-catalogs``, corpus/catalogs.py), the debconf templates packages ask their
 questions with (``debian-debconf``, corpus/debconf.py), the translated manuals
 (``debian-manuals``, corpus/manuals.py) and manual pages (``debian-manpages``,
-corpus/manpages.py), cleaned (corpus/clean.py) and split by package (the manuals and manual
-pages by page) so nothing leaks.
+corpus/manpages.py), and the example sentences and phrases of Ding's German-English dictionary
+(``debian-examples``, ``debian-phrases``, corpus/dictionary.py), cleaned (corpus/clean.py) and
+split by package (the manuals and manual pages by page, the dictionary by entry) so nothing leaks.
 
     python -m corpus.build --sources debian     # fetch, clean, split; prints the report
 
@@ -22,14 +23,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from cli import UsageError
-from corpus import catalogs, ddtp, debconf, debian, manpages, manuals
+from corpus import catalogs, ddtp, debconf, debian, dictionary, manpages, manuals
 from corpus.bible import Pair
 from corpus.clean import dedup, drop_reason, near_key
 from corpus.tsv import directed_pairs, write_rows
 from corpus.tsv import read_rows as read_tsv
 
 LANGUAGES = ("de", "fr", "es")
-SOURCES = ("debian-descriptions", "debian-catalogs", "debian-debconf", "debian-manuals", "debian-manpages")
+SOURCES = ("debian-descriptions", "debian-catalogs", "debian-debconf", "debian-manuals", "debian-manpages",
+           "debian-examples", "debian-phrases")
 SPLITS = ("train", "dev", "test")
 CACHE_VERSION = 3  # bump when the extraction or clean-up changes: cached pairs are rebuilt
 Reader = Callable[[str, Path | None], Iterator[tuple[str, str, str, str]]]
@@ -39,6 +41,8 @@ READERS: dict[str, Reader] = {
     "debian-debconf": debconf.rows,
     "debian-manuals": manuals.rows,
     "debian-manpages": manpages.rows,
+    "debian-examples": lambda lang, cache: dictionary.rows("examples", lang, cache),
+    "debian-phrases": lambda lang, cache: dictionary.rows("phrases", lang, cache),
 }
 # {package: (version, licence)} of the packages a source reads (the descriptions' are apt's indices)
 PROVENANCE: dict[str, Callable[[Path | None], dict[str, tuple[str, str]]]] = {
@@ -46,6 +50,8 @@ PROVENANCE: dict[str, Callable[[Path | None], dict[str, tuple[str, str]]]] = {
     "debian-debconf": debconf.packages,
     "debian-manuals": manuals.packages,
     "debian-manpages": manpages.packages,
+    "debian-examples": dictionary.packages,
+    "debian-phrases": dictionary.packages,
 }
 
 
