@@ -7,12 +7,12 @@
     python -m corpus.build --unpack corpus.tar.xz   # on a machine without apt (a GPU host): use them
 
 Sources: ``libreoffice`` (LibreOffice's help and UI strings, corpus/libreoffice.py) and
-``debian`` (translated package descriptions, programs' message catalogs, debconf templates and
-the Debian Reference and Handbook, corpus/debian_text.py). The Debian packages and apt's
-translation indices are fetched by name into the cache (``$NMT_CACHE``, default
-~/.cache/nmt-transformer) and the aligned pairs written there as TSV; training reads them
-through those modules. Prints how many pairs each source and split holds, and for the Debian
-sources why pairs were dropped.
+``debian`` (translated package descriptions, programs' message catalogs, debconf templates, the
+Debian Reference and Handbook, manual pages and Ding's German-English dictionary,
+corpus/debian_text.py). The Debian packages and apt's translation indices are fetched by name
+into the cache (``$NMT_CACHE``, default ~/.cache/nmt-transformer) and the aligned pairs written
+there as TSV; training reads them through those modules. Prints how many pairs each source and
+split holds, and for the Debian sources why pairs were dropped.
 """
 
 from __future__ import annotations

@@ -179,7 +179,8 @@ def test_build_writes_splits_and_a_report(tmp_path: Path, monkeypatch: pytest.Mo
     (out / "debian-descriptions.train.en-de.tsv").unlink()  # removed by hand: rebuilt on next use
     assert len(debian_text.pairs("debian-descriptions", ["en-de"], "train", cache=tmp_path)) == 8
     with pytest.raises(UsageError, match="'debian-ddtp' is not one of debian-descriptions, debian-catalogs, "
-                                         "debian-debconf, debian-manuals, debian-manpages"):
+                                         "debian-debconf, debian-manuals, debian-manpages, debian-examples, "
+                                         "debian-phrases"):
         debian_text.build(["de"], ["debian-ddtp"], cache=tmp_path)
 
 
@@ -210,7 +211,7 @@ def test_pack_and_unpack_carry_the_pairs_to_another_cache(tmp_path: Path, monkey
     ddtp.descriptions.cache_clear()
     ddtp.package_sources.cache_clear()
     monkeypatch.setattr(debian.shutil, "which", lambda _: None)  # nothing is downloaded in a test
-    for source in ("debian-catalogs", "debian-debconf", "debian-manuals", "debian-manpages"):  # not here
+    for source in set(debian_text.SOURCES) - {"debian-descriptions"}:  # only the descriptions are here
         monkeypatch.setitem(debian_text.READERS, source, lambda lang, cache: iter(()))
         monkeypatch.setitem(debian_text.PROVENANCE, source, lambda cache: {})
     monkeypatch.setenv("NMT_CACHE", str(here))
