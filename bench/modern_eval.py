@@ -16,8 +16,13 @@ Test sets, en<->de/fr/es (``--splits``, comma-separated):
 - ``manuals``: the Debian Reference and the Debian Administrator's Handbook, whole pages held
   out (``corpus.manuals``);
 - ``manpages``: translated manual pages, whole pages held out (``corpus.manpages``);
+- ``examples``, ``phrases``: the example sentences and the phrases of Ding's German-English
+  dictionary, whole entries held out (``corpus.dictionary``; en-de and de-en only);
 - ``everyday``: short everyday phrases (greetings, e-mail, requests, dates, prices, units,
-  instructions) with references written for the purpose (``bench/data/everyday.tsv``).
+  instructions) with references written for the purpose (``bench/data/everyday.tsv``);
+- ``everyday-unseen``: the phrases of ``everyday`` none of whose four texts is in a training
+  split of any corpus source (the dictionary holds "Hello!" / "Hallo!" and a fifth of the list):
+  what the model makes of phrases it was not shown.
 
 Our package is decoded by the server's own decoding loop
 on the CPU (``export.verify.translate_onnx``, as ``nmt-verify`` does), once per graph
@@ -69,8 +74,10 @@ from corpus.bible import Pair
 
 PROG = "python -m bench.modern_eval"
 DIRECTIONS = ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")
-SPLITS = ("modern", "bible", "descriptions", "catalogs", "debconf", "manuals", "manpages", "everyday")
-DEBIAN_SPLITS = {name: f"debian-{name}" for name in ("descriptions", "catalogs", "debconf", "manuals", "manpages")}
+SPLITS = ("modern", "bible", "descriptions", "catalogs", "debconf", "manuals", "manpages", "examples", "phrases",
+          "everyday", "everyday-unseen")
+DEBIAN_SPLITS = {name: f"debian-{name}" for name in ("descriptions", "catalogs", "debconf", "manuals", "manpages",
+                                                      "examples", "phrases")}
 EVERYDAY = Path(__file__).parent / "data" / "everyday.tsv"
 MODERN_SOURCE = "libreoffice-help"
 APERTIUM_MODES = {"en-es": "eng-spa", "es-en": "spa-eng"}
@@ -192,6 +199,9 @@ def load_sets(splits: Sequence[str], directions: Sequence[str], limit: int = 0) 
             found = bible_pairs(directions, "test")
         elif split == "everyday":
             found = everyday_pairs(directions)
+        elif split == "everyday-unseen":
+            seen, texts = trained_texts(), everyday_rows()
+            found = [p for p in everyday_pairs(directions) if not texts[str(p.key)] & seen]
         else:
             found = debian_text.pairs(DEBIAN_SPLITS[split], directions, "test")
         for direction in directions:
@@ -210,6 +220,31 @@ def everyday_pairs(directions: Sequence[str], path: Path = EVERYDAY) -> list[Pai
     for direction in directions:
         src, tgt = parse_direction(direction)
         out += [Pair(src, tgt, r[src], r[tgt], f"{r['category']}:{i}") for i, r in enumerate(rows)]
+    return out
+
+
+def everyday_rows(path: Path = EVERYDAY) -> dict[str, frozenset[str]]:
+    """{phrase key ("greeting:0"): the near keys (corpus.clean.near_key) of its four texts}."""
+    from corpus.clean import near_key
+
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t")
+    rows = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[1:] if line.strip()]
+    return {f"{r['category']}:{i}": frozenset(near_key(r[lang]) for lang in ("en", "de", "fr", "es"))
+            for i, r in enumerate(rows)}
+
+
+def trained_texts(languages: Sequence[str] = ("de", "fr", "es")) -> set[str]:
+    """The near keys of both sides of every training pair of every corpus source (LibreOffice's
+    and Debian's; built on first use), for telling the phrases a model was shown from the rest."""
+    from corpus import debian_text, libreoffice
+    from corpus.clean import near_key
+
+    out: set[str] = set()
+    for lang in languages:
+        rows = [r for source in debian_text.SOURCES for r in debian_text.read_rows(source, "train", lang)]
+        rows += [r for source in libreoffice.SOURCES for r in libreoffice.read_rows(source, "train", lang)]
+        out.update(near_key(text) for _, en, xx in rows for text in (en, xx))
     return out
 
 
@@ -319,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--splits", default="modern", help="test sets, comma-separated: modern (LibreOffice help), "
                    "bible (John), descriptions (Debian's package descriptions), catalogs (programs' and games' "
                    "messages), debconf (installation questions), manuals (Debian's manuals), manpages (manual "
-                   "pages), everyday (short everyday phrases)")
+                   "pages), examples and phrases (Ding's dictionary, en-de and de-en), everyday (short everyday "
+                   "phrases), everyday-unseen (those of them in no training split)")
     p.add_argument("--limit", type=int, default=0, help="first N lines per direction and split (0: all)")
     p.add_argument("--no-apertium", action="store_true", help="skip Apertium (en-es, es-en)")
     p.add_argument("--json", type=Path, help="write the scores and every output here")

@@ -13,7 +13,8 @@ Row = tuple[str, str, str]  # (key, English, translation)
 
 
 def write_rows(path: Path, rows: Sequence[Row]) -> None:
-    """Written whole or not at all (a temporary file renamed over the old one)."""
+    """Written whole or not at all (a temporary file renamed over the old one), its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(f"{k}\t{en}\t{xx}\n" for k, en, xx in rows), encoding="utf-8")
     tmp.replace(path)

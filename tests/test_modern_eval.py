@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,26 @@ def test_every_debian_source_is_a_test_split():
 
     assert sorted(DEBIAN_SPLITS.values()) == sorted(SOURCES)
     assert set(DEBIAN_SPLITS) <= set(SPLITS)
+
+
+def test_everyday_unseen_leaves_out_phrases_a_training_split_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A phrase any of whose four texts is in a training split (here "Hallo!" in the dictionary's
+    examples, near-matched: case and punctuation aside) leaves every direction of the unseen split."""
+    from corpus import debian_text, libreoffice
+    from corpus.tsv import write_rows
+
+    monkeypatch.setenv("NMT_CACHE", str(tmp_path))
+    for lang in ("de", "fr", "es"):
+        for source in debian_text.SOURCES:
+            rows = [("trans-de-en@1:1", "Hi there", "HALLO")] if (source, lang) == ("debian-examples", "de") else []
+            write_rows(debian_text.corpus_dir() / f"{source}.train.en-{lang}.tsv", rows)
+        for source in libreoffice.SOURCES:
+            rows = [("help:1", "Good morning!", "¡Buenos días!")] if lang == "es" else []
+            write_rows(libreoffice.corpus_dir() / f"{source}.train.en-{lang}.tsv", rows)
+    assert {"hallo", "good morning", "buenos dias", "hi there"} <= modern_eval.trained_texts()
+    every = modern_eval.load_sets(["everyday"], ["en-de", "es-en"])
+    unseen = modern_eval.load_sets(["everyday-unseen"], ["en-de", "es-en"])
+    for direction in ("en-de", "es-en"):
+        keys = [p.key for p in unseen["everyday-unseen", direction]]
+        assert keys == [p.key for p in every["everyday", direction]
+                        if p.key not in ("greeting:0", "greeting:2")]  # Hello! / Hallo!, Good morning!
