@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -62,11 +63,24 @@ def test_ship_interpolates_two_models_tensor_by_tensor(tiny_checkpoint, tmp_path
     torch.save({**ckpt, "model": shifted}, other)
     path = ship(tiny_checkpoint, tmp_path / "mixed", other, 0.25)
     mixed = load(path)
-    assert mixed["interpolated"] == {"with": str(other), "weight": 0.25}
+    assert mixed["interpolated"] == {"with": "other.pt", "weight": 0.25}  # tmp_path is absolute: its name only
     for k, v in ckpt["model"].items():
         if v.is_floating_point():
             want = (0.25 * v.float() + 0.75 * (v.float() + 1.0)).half()
             assert torch.equal(mixed["model"][k], want), k
+
+
+def test_shipped_config_records_no_absolute_path_of_the_training_machine(tiny_checkpoint, tmp_path):
+    ckpt = load(tiny_checkpoint)
+    config = {**ckpt["config"], "train": {**ckpt["config"]["train"], "init_from": "/somewhere/lease/init"}}
+    run = tmp_path / "run.pt"
+    torch.save({**ckpt, "config": config}, run)
+    path = ship(run, tmp_path / "out")
+    assert load(path)["config"]["train"]["init_from"] == "init"
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["train"]["init_from"] == "init"
+    config["train"]["init_from"] = "models/default"  # relative: kept as it is
+    torch.save({**ckpt, "config": config}, run)
+    assert load(ship(run, tmp_path / "out2"))["config"]["train"]["init_from"] == "models/default"
 
 
 def test_interpolating_models_of_another_shape_is_refused(tiny_checkpoint, tmp_path, capsys):

@@ -48,6 +48,12 @@ def interpolate(new: dict[str, torch.Tensor], old: dict[str, torch.Tensor], weig
             for k, v in new.items()}
 
 
+def portable(path: str | Path) -> str:
+    """A path as a shipped model may record it: a relative one as it is, an absolute one (of the
+    machine that trained it, meaningless anywhere else) by its last component only."""
+    return Path(path).name if str(path) and Path(path).is_absolute() else str(path)
+
+
 def ship(source: str | Path, out: str | Path, with_model: str | Path | None = None, weight: float = 1.0) -> Path:
     src = resolve(source)
     ckpt = load(src)
@@ -57,11 +63,14 @@ def ship(source: str | Path, out: str | Path, with_model: str | Path | None = No
     if with_model is not None:
         other = resolve(with_model)
         weights = interpolate(weights, load(other)["model"], weight)
-        extra["interpolated"] = {"with": str(other), "weight": weight}
+        extra["interpolated"] = {"with": portable(other), "weight": weight}
     out.mkdir(parents=True, exist_ok=True)
-    cfg = RunConfig.from_dict(ckpt["config"])
+    config = {**ckpt["config"]}
+    if config.get("train", {}).get("init_from"):
+        config["train"] = {**config["train"], "init_from": portable(config["train"]["init_from"])}
+    cfg = RunConfig.from_dict(config)
     half = {k: (v.half() if v.is_floating_point() else v) for k, v in weights.items()}
-    shipped = {"model": half, "config": ckpt["config"], "tokenizer_model": ckpt["tokenizer_model"],
+    shipped = {"model": half, "config": config, "tokenizer_model": ckpt["tokenizer_model"],
                "step": ckpt.get("step"), "source": src.name, "dtype": "float16", **extra}
     save_atomic(shipped, out / "model.pt")
     cfg.save(out / "config.json")
