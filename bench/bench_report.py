@@ -120,10 +120,18 @@ def offline_reference(rows: list[dict[str, Any]], server_row: dict[str, Any],
                       batch_size: int | None = None) -> dict[str, Any] | None:
     """The offline row of the engine the server ran (onnx-VARIANT, not the resident-forced one),
     same mode, at ``batch_size`` (default: the server row's request size)."""
-    engine = f"onnx-{server_row.get('variant', 'fp32')}"
+    variant = server_row.get("variant", "fp32")
     bs = server_row["batch_size"] if batch_size is None else batch_size
-    return next((r for r in _ok(rows) if r["engine"] == engine and r["mode"] == server_row["mode"]
+    return next((r for r in _ok(rows) if same_graphs(r, variant) and r["mode"] == server_row["mode"]
                  and r["batch_size"] == bs), None)
+
+
+def same_graphs(row: dict[str, Any], variant: str) -> bool:
+    """An offline row ran ``variant``'s graphs: engine onnx-VARIANT, or onnx-int8 where it ran the
+    int8 width this CPU runs exactly (int8w8 with VNNI or AMX; its row records the variant)."""
+    if "clients" in row or row["engine"] not in (f"onnx-{variant}", "onnx-int8"):
+        return False
+    return row.get("variant", row["engine"].removeprefix("onnx-")) == variant
 
 
 def sweep_series(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -141,7 +149,7 @@ def sweep_series(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, 
         ref = offline_reference(rows, r)
         if ref is not None:
             s["offline"] = ref["sentences_per_s"]
-        offline = [o for o in _ok(rows) if o["engine"] == engine and o["mode"] == r["mode"] and "clients" not in o]
+        offline = [o for o in _ok(rows) if same_graphs(o, r.get("variant", "fp32")) and o["mode"] == r["mode"]]
         if offline:
             big = max(offline, key=lambda o: o["batch_size"])
             s["largest"] = (big["batch_size"], big["sentences_per_s"])

@@ -108,12 +108,14 @@ def test_libretranslate_translate_takes_them_as_our_extension(gw):
     r = gw.client.post("/translate", json={"q": "Peace be with you.", "source": "en", "target": "de",
                                            "glossary": [{"source": "peace", "target": "Friede"}]})
     assert r.status_code == 200 and count(r.json()["translatedText"], "Friede") == 1, r.text
-    # A form's values are strings: JSON text, or keep's one span.
+    # A form's values are strings: JSON text, or keep's one span. One span a sentence: with two in
+    # four words the tiny model may drop one, depending on the CPU's kernels.
+    r = gw.client.post("/translate", data={"q": "Peace be with you.", "source": "en", "target": "de",
+                                           "glossary": json.dumps({"peace": "FRIEDE"})})
+    assert r.status_code == 200 and count(r.json()["translatedText"], "FRIEDE") == 1, r.text
     r = gw.client.post("/translate", data={"q": "Jesus wept, Zorblax.", "source": "en", "target": "de",
-                                           "keep": "Zorblax", "glossary": json.dumps({"jesus": "JESUS"})})
-    assert r.status_code == 200, r.text
-    out = r.json()["translatedText"]
-    assert count(out, "Zorblax") == 1 and count(out, "JESUS") == 1, out
+                                           "keep": "Zorblax"})
+    assert r.status_code == 200 and count(r.json()["translatedText"], "Zorblax") == 1, r.text
     r = gw.client.post("/translate", params={"q": "Peace.", "source": "en", "target": "de", "glossary_name": "bible"})
     assert r.status_code == 200 and count(r.json()["translatedText"], "Friede") == 1, r.text
 

@@ -308,14 +308,23 @@ def test_a_glossary_term_is_in_the_translation_exactly_once(server, submitted):
     assert "Peace" not in t.hypotheses[0].text
 
 
-def test_overlapping_entries_longest_first_and_the_named_glossary(server):
+def test_overlapping_entries_longest_first_and_the_named_glossary(server, submitted):
     text = "Peace be with you."
     [t] = server.stub().Translate(ask("tiny", text, glossary=[("be", "SEI"), ("with you", "MIT EUCH")],
                                       glossary_name="acme")).translations
+    [first, *_] = submitted["tiny"]
+    tok = server.running.models["tiny"].tokenizer
+    ph = placeholder_ids(server)
+    # acme's "be with" starts first and wins over the request's "be" and "with you"; "peace" from acme;
+    # "you" is left as text: what the model reads, whatever it then writes.
+    assert [tok.id_to_piece(i) for i in first[0].src if i in ph] == ["<ph1>", "<ph2>"]
+    assert tok.decode([i for i in first[0].src[1:-1] if i not in ph]).strip() == "you."
+    # The tiny model's answer depends on the CPU's kernels: it may drop a placeholder, and the server
+    # then answers without the terms. Whatever it wrote, a term is there at most once, the losing
+    # entry never, and no internal symbol.
     out = t.hypotheses[0].text
-    # acme's "be with" starts first and wins over the request's "be"; "you" is left; "peace" from acme.
-    assert count(out, "SEI MIT") == 1 and count(out, "Friede") == 1, out
-    assert "MIT EUCH" not in out and count(out, "SEI") == 1
+    assert count(out, "SEI") <= 1 and count(out, "Friede") <= 1 and "MIT EUCH" not in out, out
+    assert not any(sym in out for sym in SYMBOLS)
 
 
 def test_a_model_without_placeholders_gets_its_terms_by_attention(server, submitted):

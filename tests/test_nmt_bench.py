@@ -14,6 +14,8 @@ import pytest
 from bench import bench_report
 from bench.nmt_bench import DEFAULT_ENGINES, main, parse_args, server_placement
 from cli import UsageError
+from engine.cpu import int8_variant
+from engine.package import ModelPackage
 
 ENGINES = ["pytorch", "pytorch-cache", "onnx-fp32", "onnx-int8", "onnx-fp32-resident", "ct2-fp32", "ct2-int8",
            "server"]
@@ -419,6 +421,22 @@ def test_the_server_serves_int8_with_server_int8(tiny_checkpoint, tiny_package, 
                  "--engines", "onnx-int8,server", "--server-int8", "--clients", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     offline, server = rows
-    assert (offline["engine"], server["engine"], server["variant"]) == ("onnx-int8", "server", "int8")
+    # The int8 width this CPU runs exactly (int8w8 with VNNI or AMX, engine/cpu.py), offline and served alike
+    width = int8_variant(ModelPackage.load(tiny_package).variants)
+    assert (offline["engine"], server["engine"]) == ("onnx-int8", "server")
+    assert offline["variant"] == server["variant"] == width
     assert server["texts"] == offline["texts"] and any(server["texts"])  # batch-invariant int8: the same texts
     assert bench_report.sweep_series(rows)[("greedy", 2)]["offline"] == offline["sentences_per_s"]
+
+
+def test_a_server_row_is_compared_with_the_offline_row_of_its_own_graphs():
+    """onnx-int8 runs the int8 width of the CPU (int8w8 with VNNI or AMX) and records it: a server that
+    served int8w8 is compared with it, and with no other engine's rows."""
+    offline = {"engine": "onnx-int8", "variant": "int8w8", "mode": "greedy", "batch_size": 2, "sentences_per_s": 9.0}
+    other = {"engine": "onnx-fp32", "variant": "fp32", "mode": "greedy", "batch_size": 2, "sentences_per_s": 5.0}
+    server = {"engine": "server", "variant": "int8w8", "mode": "greedy", "batch_size": 2, "clients": 2,
+              "sentences_per_s": 12.0}
+    assert [bench_report.same_graphs(r, "int8w8") for r in (offline, other, server)] == [True, False, False]
+    assert not bench_report.same_graphs(offline, "int8") and bench_report.same_graphs(other, "fp32")
+    assert bench_report.offline_reference([other, offline, server], server) is offline
+    assert bench_report.sweep_series([other, offline, server])[("greedy", 2)]["offline"] == 9.0
