@@ -4,7 +4,7 @@
 # run started with setsid nohup so it outlives the call, and the result brought back in files of at
 # most 15 MiB (the host gives back at most 8 files of 16 MiB).
 #
-#   bash scripts/gpu_train.sh pack             # here: the corpus as runs/corpus.tar.xz (~30 MB and more), to copy to the GPU machine
+#   bash scripts/gpu_train.sh pack             # here: the corpus as runs/corpus.tar.xz (~38 MB), to copy to the GPU machine
 #   bash scripts/gpu_train.sh start            # there (runs/corpus.tar.xz copied over): unpack it, start training
 #   bash scripts/gpu_train.sh status           # there: is it running, the log's last lines
 #   bash scripts/gpu_train.sh collect [OUT]    # there: ship the run (its average or last checkpoint), tar it,
