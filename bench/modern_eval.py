@@ -211,15 +211,21 @@ def load_sets(splits: Sequence[str], directions: Sequence[str], limit: int = 0) 
     return out
 
 
-def everyday_pairs(directions: Sequence[str], path: Path = EVERYDAY) -> list[Pair]:
-    """The everyday phrase list (columns category, en, de, fr, es) as pairs of every direction."""
+def everyday_table(path: Path = EVERYDAY) -> dict[str, dict[str, str]]:
+    """{phrase key ("greeting:0"): its row (columns category, en, de, fr, es)} of the phrase list."""
     lines = path.read_text(encoding="utf-8").splitlines()
     header = lines[0].split("\t")
     rows = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[1:] if line.strip()]
+    return {f"{r['category']}:{i}": r for i, r in enumerate(rows)}
+
+
+def everyday_pairs(directions: Sequence[str], path: Path = EVERYDAY) -> list[Pair]:
+    """The everyday phrase list as pairs of every direction."""
+    table = everyday_table(path)
     out = []
     for direction in directions:
         src, tgt = parse_direction(direction)
-        out += [Pair(src, tgt, r[src], r[tgt], f"{r['category']}:{i}") for i, r in enumerate(rows)]
+        out += [Pair(src, tgt, r[src], r[tgt], key) for key, r in table.items()]
     return out
 
 
@@ -227,11 +233,8 @@ def everyday_rows(path: Path = EVERYDAY) -> dict[str, frozenset[str]]:
     """{phrase key ("greeting:0"): the near keys (corpus.clean.near_key) of its four texts}."""
     from corpus.clean import near_key
 
-    lines = path.read_text(encoding="utf-8").splitlines()
-    header = lines[0].split("\t")
-    rows = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[1:] if line.strip()]
-    return {f"{r['category']}:{i}": frozenset(near_key(r[lang]) for lang in ("en", "de", "fr", "es"))
-            for i, r in enumerate(rows)}
+    return {key: frozenset(near_key(r[lang]) for lang in ("en", "de", "fr", "es"))
+            for key, r in everyday_table(path).items()}
 
 
 def trained_texts(languages: Sequence[str] = ("de", "fr", "es")) -> set[str]:

@@ -34,7 +34,7 @@ _ANNOTATION = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|/[A-Z][A-Z0-9.]*/|<[^<>]*>")
 _PARENTHESES = re.compile(r"\s*\([^()]*\)")
 # Placeholders of a template entry: English sth./sb., German etw./jdn./jdm./jds./jd., ellipses, tildes
 _TEMPLATE = re.compile(r"\b(?:sth|sb|etw|jdn|jdm|jds|jd|jmd|jmdn|jmdm)\.|\b(?:sth|sb)\b|…|\.\.\.|~")
-_SENTENCE_END = ("." , "!", "?")
+_SENTENCE_END = (".", "!", "?")
 
 
 def unit(text: str) -> str:

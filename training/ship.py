@@ -51,7 +51,7 @@ def interpolate(new: dict[str, torch.Tensor], old: dict[str, torch.Tensor], weig
 def portable(path: str | Path) -> str:
     """A path as a shipped model may record it: a relative one as it is, an absolute one (of the
     machine that trained it, meaningless anywhere else) by its last component only."""
-    return Path(path).name if str(path) and Path(path).is_absolute() else str(path)
+    return Path(path).name if Path(path).is_absolute() else str(path)
 
 
 def ship(source: str | Path, out: str | Path, with_model: str | Path | None = None, weight: float = 1.0) -> Path:
