@@ -254,3 +254,133 @@ def test_resident_rows_counts_both_ways_with_the_same_tokens(tiny_package, capsy
     assert kept[0] == "dead rows kept (COMPACT_AT 0.5)" and every[0] == "a rebuild at every leave"
     assert kept[1] == every[1] and int(kept[2]) < int(every[2])
     assert out[3] == "same tokens: True"
+
+
+def _attention_reference(q, keys, values, mask, heads):
+    """Multi-head attention of one query row per row in numpy: q (B, 1, D), keys and values
+    (C, H, S, Dh) read by B / C consecutive rows each, mask (C, S) -> (B, 1, D)."""
+    import numpy as np
+
+    from bench.studies.contrib_ops import NEG
+
+    b, c = q.shape[0], keys.shape[0]
+    qh = q.reshape(b, heads, -1) / np.sqrt(keys.shape[-1])  # (B, H, Dh)
+    src = np.arange(b) // (b // c)
+    scores = np.einsum("bhd,bhsd->bhs", qh, keys[src])
+    scores = np.where(mask[src][:, None, :], scores, NEG)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhs,bhsd->bhd", p, values[src]).reshape(b, 1, -1)
+
+
+def test_contrib_ops_blocks_compute_attention_both_ways():
+    """The study's two cross-attention blocks (today's nodes, MultiHeadAttention) and its two
+    self-attention blocks compute multi-head attention, for a source per row and per four rows."""
+    import numpy as np
+
+    from bench.studies.contrib_ops import cross_mha, cross_today, self_mha, self_today
+    from bench.studies.fused_linear import session
+
+    heads, d_head, s, past = 4, 16, 7, 5
+    rng = np.random.default_rng(0)
+    today, mha = session(cross_today(heads, d_head), 1), session(cross_mha(heads, d_head), 1)
+    for rows, beam in ((3, 1), (8, 4)):
+        q = rng.standard_normal((rows, 1, heads * d_head)).astype(np.float32)
+        keys, values = (rng.standard_normal((rows // beam, heads, s, d_head)).astype(np.float32) for _ in range(2))
+        mask = np.ones((rows // beam, s), bool)
+        mask[0, 4:] = False
+        want = _attention_reference(q, keys, values, mask, heads)
+        got_today = today.run(None, {"q": q, "k": np.ascontiguousarray(keys.transpose(0, 1, 3, 2)), "v": values,
+                                     "mask": mask})[0]
+        got_mha = mha.run(None, {"q": q, "k": keys, "v": values, "mask": mask})[0]
+        np.testing.assert_allclose(got_today, want, atol=1e-5)
+        np.testing.assert_allclose(got_mha, want, atol=1e-5)
+
+    today, mha = session(self_today(heads, d_head), 1), session(self_mha(heads, d_head), 1)
+    rows = 3
+    q, k, v = (rng.standard_normal((rows, 1, heads * d_head)).astype(np.float32) for _ in range(3))
+    past_k, past_v = (rng.standard_normal((rows, heads, past, d_head)).astype(np.float32) for _ in range(2))
+    past_mask = np.ones((rows, past), bool)
+    past_mask[1, 3:] = False
+    # the new token attends to the real cached slots and to itself
+    all_k = np.concatenate([past_k, k.reshape(rows, 1, heads, d_head).transpose(0, 2, 1, 3)], axis=2)
+    all_v = np.concatenate([past_v, v.reshape(rows, 1, heads, d_head).transpose(0, 2, 1, 3)], axis=2)
+    want = _attention_reference(q, all_k, all_v, np.concatenate([past_mask, np.ones((rows, 1), bool)], axis=1), heads)
+    out_today, new_k, new_v = today.run(None, {"q": q, "k": k, "v": v, "past_mask": past_mask, "past_v": past_v,
+                                               "past_k": np.ascontiguousarray(past_k.transpose(0, 1, 3, 2))})
+    out_mha, present_k, _ = mha.run(None, {"q": q, "k": k, "v": v, "past_k": past_k, "past_v": past_v,
+                                           "past_mask": past_mask})
+    np.testing.assert_allclose(out_today, want, atol=1e-5)
+    np.testing.assert_allclose(out_mha, want, atol=1e-5)
+    assert new_k.shape == (rows, heads, d_head, 1) and new_v.shape == (rows, heads, 1, d_head)
+    np.testing.assert_array_equal(new_k[..., 0], all_k[:, :, past])
+    np.testing.assert_array_equal(present_k, all_k)  # MultiHeadAttention hands back the whole cache
+
+
+def test_contrib_ops_nbits_product_is_the_layer_on_block_weights():
+    """MatMulNBits as the study builds it: x w + b on 8-bit weights in blocks of 32 (within the
+    int8 activations' rounding), each row the same bits alone as in the batch."""
+    import numpy as np
+
+    from bench.studies.contrib_ops import nbits_model
+    from bench.studies.fused_linear import session
+
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((64, 48)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    nbits = session(nbits_model(w, b), 1)
+    got = nbits.run(None, {"x": x})[0]
+    exact = x @ w + b
+    assert float(np.abs(got - exact).max()) < 0.02 * float(np.abs(exact).max())
+    for r in range(5):
+        np.testing.assert_array_equal(nbits.run(None, {"x": x[r:r + 1]})[0][0], got[r])
+
+
+def test_contrib_ops_rewritten_step_is_the_package_step(tiny_package):
+    """Every cross-attention block of the tiny package's decoder rewritten to MultiHeadAttention:
+    fewer nodes, the same log-probabilities and cross-attention weights (float rounding) for a source
+    per row and per two rows, and a job's rows the same bits alone as in the batch."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from bench.studies.contrib_ops import mha_decoder, step_inputs
+    from engine import contract
+    from engine.package import ModelPackage
+
+    package = ModelPackage.load(tiny_package)
+    dims = package.dims
+    rng = np.random.default_rng(2)
+    for variant in ("fp32", "int8"):
+        path = package.graph_path(contract.DECODER, variant)
+        model = mha_decoder(path, dims.n_decoder_layers, dims.n_heads, dims.d_head)
+        ops = [n.op_type for n in model.graph.node]
+        assert ops.count("MultiHeadAttention") == dims.n_decoder_layers
+        assert len(ops) < len(onnx.load(str(path)).graph.node)
+        today = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        rewritten = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        for rows, beam in ((3, 1), (6, 2)):
+            a, b = step_inputs(dims, rows, beam, 4, rng)
+            want = dict(zip([o.name for o in today.get_outputs()], today.run(None, a), strict=True))
+            got = dict(zip([o.name for o in rewritten.get_outputs()], rewritten.run(None, b), strict=True))
+            np.testing.assert_allclose(got[contract.LOG_PROBS], want[contract.LOG_PROBS], atol=1e-4)
+            np.testing.assert_allclose(got[contract.CROSS_ATTENTION], want[contract.CROSS_ATTENTION], atol=1e-6)
+            first = {k: v[:beam] if v.shape[0] == rows else v[:1] for k, v in b.items()}
+            np.testing.assert_array_equal(rewritten.run(None, first)[0], got[contract.LOG_PROBS][:beam])
+
+
+def test_contrib_ops_prints_every_comparison(tiny_package, capsys):
+    from bench.studies.contrib_ops import main as contrib_main
+
+    assert contrib_main(["--package", str(tiny_package), "--rounds", "1", "--past", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "thread(s); our int8 products here: int8" in lines[0]
+    products = [line for line in lines if line.startswith("  product ")]
+    assert len(products) == 4 * 4 and all(line.endswith("its rows the same bits alone: True") for line in products)
+    cross = [line for line in lines if line.startswith("  cross-attention, ")]
+    assert [line.split(",")[1].strip() for line in cross] == ["1 rows", "4 rows", "32 rows", "128 rows", "4 rows",
+                                                              "32 rows", "128 rows"]
+    steps = [line for line in lines if " step, " in line]
+    assert len(steps) == 2 * 7 and all(line.endswith("a job's rows the same bits alone: True") for line in steps)
+    assert len([line for line in lines if line.startswith("  self-attention, ")]) == 4
