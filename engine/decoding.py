@@ -609,10 +609,19 @@ class Batch:
             # Beams re-ranked: a parent's second child takes a copy of its self-attention
             # cache (one copy per buffer for all jobs; sources are rows kept as they are, so
             # nothing is overwritten before it is read). Cross keys/values are the same in
-            # every beam row of a job.
+            # every beam row of a job. Values: only the slots the parents have written (a row's
+            # token at position p sits in slot p, the mask, copied whole, hides every slot past
+            # it and a hidden slot's weight is exactly 0, so the child reads the same bits). The
+            # buffers are as wide as the batch's longest target and room to grow, often several
+            # times a reranked job's own under continuous batching. Keys whole: their slots are
+            # the last axis, and copying short runs of them was no faster than whole rows.
             to, of = np.array(copy_to), np.array(copy_from)
-            for buf in (*self.past_k, *self.past_v, self.past_mask):
+            written = (shared if shared is not None else int(positions[of, 0].max())) + 1
+            for buf in self.past_k:  # (rows, H, Dh, slots)
                 buf[to] = buf[of]
+            for buf in self.past_v:  # (rows, H, slots, Dh)
+                buf[to, :, :written] = buf[of, :, :written]
+            self.past_mask[to] = self.past_mask[of]
         return finished
 
     def suspend(self, jobs: list[Job]) -> list[Suspended]:

@@ -132,6 +132,33 @@ def test_staggered_joins_mixed_greedy_and_beam_give_the_solo_results(setup):
         assert [h.tokens for h in j.result] == [h.tokens for h in s]
 
 
+def test_hidden_slots_are_never_read(setup):
+    """What a row's cache holds in slots its mask hides has no effect on any bit it decodes: beam
+    re-ranking copies a parent's values only up to the slots it has written (Batch.step), and
+    rows reused by newcomers keep whatever their last job left. Every hidden slot is filled with
+    a huge value after every step, and every job still decodes its solo tokens and scores."""
+    rt, _, tok = setup
+    texts = TEXTS[:6]
+    solo = [decode_all(rt, [job(tok, t, beam_size=2 + i % 3, n_best=2)])[0] for i, t in enumerate(texts)]
+    batch = Batch(rt)
+    jobs = [job(tok, t, beam_size=2 + i % 3, n_best=2) for i, t in enumerate(texts)]
+    pending, steps = list(jobs), 0
+    while pending or batch.jobs:
+        if pending and steps % 3 == 0:
+            batch.add(encode_jobs(rt, pending[:1]))
+            pending = pending[1:]
+        batch.remove({j.id for j in batch.step()})
+        steps += 1
+        hidden = ~batch.past_mask  # (rows, slots)
+        for buf in batch.past_k:  # (rows, H, Dh, slots)
+            buf[np.broadcast_to(hidden[:, None, None, :], buf.shape)] = 1e30
+        for buf in batch.past_v:  # (rows, H, slots, Dh)
+            buf[np.broadcast_to(hidden[:, None, :, None], buf.shape)] = 1e30
+    for j, s in zip(jobs, solo):
+        assert [h.tokens for h in j.result] == [h.tokens for h in s]
+        assert [h.score for h in j.result] == [h.score for h in s]
+
+
 def test_suspended_jobs_resume_where_they_stopped_and_decode_as_alone(setup):
     """Jobs of every beam size leave the batch with their caches (Batch.suspend) at different
     steps, stay out while others decode, and rejoin (Batch.resume), some into a batch of
