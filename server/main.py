@@ -45,6 +45,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Translator"].full_name  # "nmt.v1
 OPEN_METHODS = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # reachable without the bearer token
 WARM_UP_TEXT = "Thank you."  # what warm-up translates in every pair
 HEALTH_CALLS = 64  # calls grpc admits beyond --max-concurrent-rpcs: room kept for health and reflection
+REFUSAL_WINDOW = 0.25  # seconds a draining server refuses new calls itself before grpc stops (drain)
 
 
 @dataclass
@@ -67,6 +68,10 @@ class RunningServer:
             await asyncio.sleep(lameduck)
         self.service.draining = True
         deadline = time.monotonic() + grace
+        # Calls already on their way when the draining began reach a handler in this window and
+        # are refused with UNAVAILABLE; grpc's stop would end those not yet handed to a handler
+        # CANCELLED, which a client cannot tell from its own cancelling and must not retry.
+        await asyncio.sleep(min(REFUSAL_WINDOW, grace))
         while self.service.active and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         if self.service.active:
