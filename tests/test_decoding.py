@@ -140,20 +140,16 @@ def test_hidden_slots_are_never_read(setup):
     rt, _, tok = setup
     texts = TEXTS[:6]
     solo = [decode_all(rt, [job(tok, t, beam_size=2 + i % 3, n_best=2)])[0] for i, t in enumerate(texts)]
-    batch = Batch(rt)
     jobs = [job(tok, t, beam_size=2 + i % 3, n_best=2) for i, t in enumerate(texts)]
-    pending, steps = list(jobs), 0
-    while pending or batch.jobs:
-        if pending and steps % 3 == 0:
-            batch.add(encode_jobs(rt, pending[:1]))
-            pending = pending[1:]
-        batch.remove({j.id for j in batch.step()})
-        steps += 1
+
+    def fill_hidden(batch: Batch) -> None:
         hidden = ~batch.past_mask  # (rows, slots)
         for buf in batch.past_k:  # (rows, H, Dh, slots)
             buf[np.broadcast_to(hidden[:, None, None, :], buf.shape)] = 1e30
         for buf in batch.past_v:  # (rows, H, slots, Dh)
             buf[np.broadcast_to(hidden[:, None, :, None], buf.shape)] = 1e30
+
+    staggered(rt, jobs, after_step=fill_hidden)
     for j, s in zip(jobs, solo):
         assert [h.tokens for h in j.result] == [h.tokens for h in s]
         assert [h.score for h in j.result] == [h.score for h in s]
@@ -369,8 +365,9 @@ def every_row(batch: Batch) -> Batch:
     return batch
 
 
-def staggered(rt: Runtime, jobs: list[Job]) -> list[list[Hypothesis]]:
-    """Continuous batching: two jobs join before every other step, into a running batch."""
+def staggered(rt: Runtime, jobs: list[Job], after_step=None) -> list[list[Hypothesis]]:
+    """Continuous batching: two jobs join before every other step, into a running batch;
+    ``after_step(batch)``, if given, runs after every step."""
     batch, pending, steps = Batch(rt), list(jobs), 0
     while pending or batch.jobs:
         if pending and steps % 2 == 0:
@@ -378,6 +375,8 @@ def staggered(rt: Runtime, jobs: list[Job]) -> list[list[Hypothesis]]:
             pending = pending[2:]
         batch.remove({j.id for j in batch.step()})
         steps += 1
+        if after_step is not None:
+            after_step(batch)
     return [j.result or [] for j in jobs]
 
 

@@ -37,14 +37,13 @@ Needs only the installed onnxruntime. It changes nothing in the package; docs/BE
 from __future__ import annotations
 
 import argparse
-import tempfile
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.studies.fused_linear import ROWS, one_node_model, product_shapes, session
+from bench.studies.fused_linear import ROWS, chain_model, one_node_model, product_shapes, session
 from bench.studies.step_cost import best_per_call
 
 NBITS_BLOCK = 32  # MatMulNBits' block along K (the smallest it takes; larger blocks were no faster)
@@ -68,22 +67,6 @@ def bool_input(name: str, shape: list[Any]) -> Any:
 
 
 # ------------------------------------------------------------------------------------- products
-def chain_model(w: np.ndarray, b: np.ndarray, weight_max: int) -> Any:
-    """y = x w + b as our int8 graphs compute it: export/quantize.py run on a float MatMul + Add."""
-    import onnx
-    from onnx import helper, numpy_helper
-
-    from export.quantize import to_int8
-
-    k, n = w.shape
-    fp32 = one_node_model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
-                          [float_input("x", ["M", k])], [float_input("y", ["M", n])],
-                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
-    with tempfile.TemporaryDirectory() as tmp:
-        onnx.save_model(fp32, f"{tmp}/fp32.onnx")
-        return onnx.load(str(to_int8(Path(f"{tmp}/fp32.onnx"), Path(f"{tmp}/int8.onnx"), weight_max)))
-
-
 def nbits_model(w: np.ndarray, b: np.ndarray, block: int = NBITS_BLOCK) -> Any:
     """The same layer as one MatMulNBits: weights stored (N, K / block, block) as uint8 q + 128,
     one scale per column and block (symmetric, |q| <= 127), the bias as its sixth input."""
@@ -126,6 +109,16 @@ def compare_product(k: int, n: int, weight_max: int, threads: int, rounds: int) 
 
 
 # ------------------------------------------------------------------------------ cross-attention
+def grouped_queries(out: str) -> list:
+    """Nodes reshaping the queries q (B, 1, D) to ``out`` (C, B / C, *group_shape): the B / C rows
+    of each of the C sources (the keys' first axis) together."""
+    from onnx import helper
+
+    return [helper.make_node("Shape", ["k"], ["c"], start=0, end=1),
+            helper.make_node("Concat", ["c", "group_shape"], ["qshape"], axis=0),
+            helper.make_node("Reshape", ["q", "qshape"], [out])]
+
+
 def cross_today(heads: int, d_head: int) -> Any:
     """Today's block: q (B, 1, D), keys (C, H, Dh, S) transposed, values (C, H, S, Dh), mask (C, S)
     -> (B, 1, D); row r reads source r // (B / C), as training/model.py exports it."""
@@ -133,9 +126,7 @@ def cross_today(heads: int, d_head: int) -> Any:
 
     d = heads * d_head
     nodes = [
-        helper.make_node("Shape", ["k"], ["c"], start=0, end=1),
-        helper.make_node("Concat", ["c", "group_shape"], ["qshape"], axis=0),
-        helper.make_node("Reshape", ["q", "qshape"], ["q5"]),  # (C, B / C, 1, H, Dh); (C, B / C, H, 1, Dh) transposed
+        *grouped_queries("q5"),  # (C, B / C, 1, H, Dh); (C, B / C, H, 1, Dh) transposed
         helper.make_node("Transpose", ["q5"], ["qt"], perm=[0, 1, 3, 2, 4]),
         helper.make_node("Div", ["qt", "sqrt_dh"], ["qs"]),
         helper.make_node("Unsqueeze", ["k", "ax1"], ["k5"]),
@@ -168,9 +159,7 @@ def cross_mha(heads: int, d_head: int) -> Any:
 
     d = heads * d_head
     nodes = [
-        helper.make_node("Shape", ["k"], ["c"], start=0, end=1),
-        helper.make_node("Concat", ["c", "group_shape"], ["qshape"], axis=0),
-        helper.make_node("Reshape", ["q", "qshape"], ["qg"]),  # (C, B / C, D)
+        *grouped_queries("qg"),  # (C, B / C, D)
         helper.make_node("Cast", ["mask"], ["mask_i"], to=TensorProto.INT32),
         helper.make_node("MultiHeadAttention", ["qg", "k", "v", "", "mask_i"], ["og"], domain=MS_DOMAIN,
                          num_heads=heads),
@@ -207,6 +196,16 @@ def compare_cross(heads: int, d_head: int, threads: int, rounds: int) -> list[st
 
 
 # ------------------------------------------------------------------------------- self-attention
+def self_inputs(heads: int, d_head: int, keys_transposed: bool) -> list:
+    """q, k, v (B, 1, D) from the projections, the cache's keys (B, H, Dh, P) when transposed as
+    ours are, else (B, H, P, Dh), its values (B, H, P, Dh) and past_mask (B, P)."""
+    d = heads * d_head
+    keys = ["B", heads, d_head, "P"] if keys_transposed else ["B", heads, "P", d_head]
+    return [float_input("q", ["B", 1, d]), float_input("k", ["B", 1, d]), float_input("v", ["B", 1, d]),
+            float_input("past_k", keys), float_input("past_v", ["B", heads, "P", d_head]),
+            bool_input("past_mask", ["B", "P"])]
+
+
 def self_today(heads: int, d_head: int) -> Any:
     """Today's block for one new token: q, k, v (B, 1, D) from the projections, the cache's keys
     (B, H, Dh, P) transposed and values (B, H, P, Dh), past_mask (B, P) -> the attended (B, 1, D)
@@ -248,12 +247,9 @@ def self_today(heads: int, d_head: int) -> Any:
              numpy_helper.from_array(np.array([0], np.int64), "zero"),
              numpy_helper.from_array(np.array([2**62], np.int64), "big"),
              numpy_helper.from_array(np.array(NEG, np.float32), "neg")]
-    io = [float_input("q", ["B", 1, d]), float_input("k", ["B", 1, d]), float_input("v", ["B", 1, d]),
-          float_input("past_k", ["B", heads, d_head, "P"]), float_input("past_v", ["B", heads, "P", d_head]),
-          bool_input("past_mask", ["B", "P"])]
     outs = [float_input("out", ["B", 1, d]), float_input("new_k", ["B", heads, d_head, 1]),
             float_input("new_v", ["B", heads, 1, d_head])]
-    return one_node_model(nodes, io, outs, inits)
+    return one_node_model(nodes, self_inputs(heads, d_head, keys_transposed=True), outs, inits)
 
 
 def self_mha(heads: int, d_head: int) -> Any:
@@ -266,30 +262,26 @@ def self_mha(heads: int, d_head: int) -> Any:
     d = heads * d_head
     nodes = [
         helper.make_node("Shape", ["past_mask"], ["b"], start=0, end=1),
-        helper.make_node("Expand", ["true", "b_by_1"], ["own"]),
         helper.make_node("Concat", ["b", "one"], ["b_by_1"], axis=0),
+        helper.make_node("Expand", ["true", "b_by_1"], ["own"]),
         helper.make_node("Concat", ["past_mask", "own"], ["all_mask"], axis=1),
         helper.make_node("Cast", ["all_mask"], ["mask_i"], to=TensorProto.INT32),
         helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "mask_i", "", "past_k", "past_v"],
                          ["out", "present_k", "present_v"], domain=MS_DOMAIN, num_heads=heads),
     ]
     inits = [numpy_helper.from_array(np.array([True]), "true"), numpy_helper.from_array(np.array([1], np.int64), "one")]
-    io = [float_input("q", ["B", 1, d]), float_input("k", ["B", 1, d]), float_input("v", ["B", 1, d]),
-          float_input("past_k", ["B", heads, "P", d_head]), float_input("past_v", ["B", heads, "P", d_head]),
-          bool_input("past_mask", ["B", "P"])]
     outs = [float_input("out", ["B", 1, d]), float_input("present_k", ["B", heads, "T", d_head]),
             float_input("present_v", ["B", heads, "T", d_head])]
-    return one_node_model(sorted_nodes(nodes), io, outs, inits)
+    return one_node_model(nodes, self_inputs(heads, d_head, keys_transposed=False), outs, inits)
 
 
-def sorted_nodes(nodes: list, given: set[str] | None = None) -> list:
+def sorted_nodes(nodes: list, given: set[str]) -> list:
     """Nodes in an order where each comes after what it reads (ONNX requires it); ``given``: the
-    names that need no node (the graph's inputs and initializers), by default all that none makes."""
-    produced = {out for n in nodes for out in n.output}
-    done = set(given) if given is not None else set()
+    names that need no node (the graph's inputs and initializers)."""
+    done = set(given)
     order, left = [], list(nodes)
     while left:
-        ready = [n for n in left if all(i in done or (given is None and i not in produced) for i in n.input)]
+        ready = [n for n in left if all(i in done for i in n.input)]
         if not ready:
             raise ValueError("the nodes form a cycle")
         for n in ready:

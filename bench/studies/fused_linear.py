@@ -138,13 +138,13 @@ def int8_product(weight: np.ndarray, bias: np.ndarray | None) -> list[np.ndarray
     return [pack(w_q), w_scale, colsum, b]
 
 
-def models(w: np.ndarray, b: np.ndarray) -> tuple[Any, Any]:
-    """The layer y = x w + b as the int8w8 graphs compute it (export/quantize.py on a float
-    MatMul + Add) and as the one fused operator on the same 8-bit weights."""
+def chain_model(w: np.ndarray, b: np.ndarray, weight_max: int) -> Any:
+    """The layer y = x w + b as our int8 graphs compute it: export/quantize.py run on a float
+    MatMul + Add, weights of ``weight_max`` (WEIGHT_MAX_EXACT: the int8w8 variant)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from export.quantize import QUANT_OPSET, WEIGHT_MAX_EXACT, to_int8
+    from export.quantize import to_int8
 
     k, n = w.shape
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", k])
@@ -153,13 +153,25 @@ def models(w: np.ndarray, b: np.ndarray) -> tuple[Any, Any]:
                           [x], [y], [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     with tempfile.TemporaryDirectory() as tmp:
         onnx.save_model(fp32, f"{tmp}/fp32.onnx")
-        chain = onnx.load(str(to_int8(Path(f"{tmp}/fp32.onnx"), Path(f"{tmp}/int8.onnx"), WEIGHT_MAX_EXACT)))
+        return onnx.load(str(to_int8(Path(f"{tmp}/fp32.onnx"), Path(f"{tmp}/int8.onnx"), weight_max)))
+
+
+def models(w: np.ndarray, b: np.ndarray) -> tuple[Any, Any]:
+    """The layer y = x w + b as the int8w8 graphs compute it (``chain_model``) and as the one
+    fused operator on the same 8-bit weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from export.quantize import QUANT_OPSET, WEIGHT_MAX_EXACT
+
+    k, n = w.shape
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", k])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", n])
     names = ["w_packed", "w_scale", "w_colsum", "b"]
     inits = [numpy_helper.from_array(a, name) for a, name in zip(int8_product(w, b), names, strict=True)]
     node = helper.make_node(OP, ["x", *names], ["y"], domain=DOMAIN)
     fused = helper.make_model(helper.make_graph([node], "fused", [x], [y], inits),
                               opset_imports=[helper.make_opsetid("", QUANT_OPSET), helper.make_opsetid(DOMAIN, 1)])
-    return chain, fused
+    return chain_model(w, b, WEIGHT_MAX_EXACT), fused
 
 
 def product_shapes(package: Any) -> list[tuple[int, int]]:
