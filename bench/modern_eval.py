@@ -186,24 +186,27 @@ def package_systems(package_dir: str | Path, variants: Sequence[str], beam: int,
     return out
 
 
-def load_sets(splits: Sequence[str], directions: Sequence[str], limit: int = 0) -> dict[tuple[str, str], list[Pair]]:
-    """{(split, direction): test pairs}, the first ``limit`` of each (0: all), in the given order."""
+def load_sets(splits: Sequence[str], directions: Sequence[str], limit: int = 0,
+              part: str = "test") -> dict[tuple[str, str], list[Pair]]:
+    """{(split, direction): pairs of ``part`` ("test", or "dev" to choose between models without
+    looking at test scores)}, the first ``limit`` of each (0: all), in the given order. The phrase
+    list has one part, the same for both."""
     from corpus import debian_text, libreoffice
     from corpus.bible import bible_pairs
 
     out: dict[tuple[str, str], list[Pair]] = {}
     for split in splits:
         if split == "modern":
-            found = libreoffice.pairs(MODERN_SOURCE, directions, "test")
+            found = libreoffice.pairs(MODERN_SOURCE, directions, part)
         elif split == "bible":
-            found = bible_pairs(directions, "test")
+            found = bible_pairs(directions, part)
         elif split == "everyday":
             found = everyday_pairs(directions)
         elif split == "everyday-unseen":
             seen, texts = trained_texts(), everyday_rows()
             found = [p for p in everyday_pairs(directions) if not texts[str(p.key)] & seen]
         else:
-            found = debian_text.pairs(DEBIAN_SPLITS[split], directions, "test")
+            found = debian_text.pairs(DEBIAN_SPLITS[split], directions, part)
         for direction in directions:
             rows = [p for p in found if p.direction == direction]
             if rows:
@@ -359,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "messages), debconf (installation questions), manuals (Debian's manuals), manpages (manual "
                    "pages), examples and phrases (Ding's dictionary, en-de and de-en), everyday (short everyday "
                    "phrases), everyday-unseen (those of them in no training split)")
+    p.add_argument("--part", choices=("test", "dev"), default="test",
+                   help="the splits' part: test, or dev to choose between models (the phrase list has one part)")
     p.add_argument("--limit", type=int, default=0, help="first N lines per direction and split (0: all)")
     p.add_argument("--no-apertium", action="store_true", help="skip Apertium (en-es, es-en)")
     p.add_argument("--json", type=Path, help="write the scores and every output here")
@@ -385,10 +390,10 @@ def main(argv: list[str] | None = None) -> int:
             systems.append(apertium_system(directions))
     except UsageError as e:
         return fail(PROG, str(e), EXIT_USAGE)
-    sets = load_sets(splits, directions, args.limit)
+    sets = load_sets(splits, directions, args.limit, args.part)
     settings = {"package": str(args.package), "variants": variants, "beam": args.beam, "threads": args.threads,
-                "shortlist": args.shortlist, "splits": splits, "directions": directions, "limit": args.limit,
-                "apertium": any(s.name == APERTIUM for s in systems)}
+                "shortlist": args.shortlist, "splits": splits, "part": args.part, "directions": directions,
+                "limit": args.limit, "apertium": any(s.name == APERTIUM for s in systems)}
     report = {"settings": settings,
               **evaluate(sets, systems, log=lambda line: print(line, file=sys.stderr, flush=True))}
     print(table(report))

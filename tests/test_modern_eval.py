@@ -74,15 +74,17 @@ def test_scores_table_and_report_layout(tiny_package):
 
 
 def test_the_command_without_apertium_writes_the_json(tiny_package, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(modern_eval, "load_sets", lambda splits, directions, limit: fake_sets())
+    asked = []
+    monkeypatch.setattr(modern_eval, "load_sets", lambda *a: asked.append(a) or fake_sets())
     out = tmp_path / "modern.json"
     assert modern_eval.main(["--package", str(tiny_package), "--variants", "int8", "--beam", "2", "--no-apertium",
-                             "--directions", "en-de,de-en,en-es", "--json", str(out)]) == 0
+                             "--directions", "en-de,de-en,en-es", "--part", "dev", "--json", str(out)]) == 0
+    assert asked == [(["modern"], ["en-de", "de-en", "en-es"], 0, "dev")]
     report = json.loads(out.read_text())
     assert list(report) == ["settings", "systems", "sets", "timing"]
     assert report["settings"] == {"package": str(tiny_package), "variants": ["int8"], "beam": 2, "threads": 1,
-                                  "shortlist": "on", "splits": ["modern"], "directions": ["en-de", "de-en", "en-es"],
-                                  "limit": 0, "apertium": False}
+                                  "shortlist": "on", "splits": ["modern"], "part": "dev",
+                                  "directions": ["en-de", "de-en", "en-es"], "limit": 0, "apertium": False}
     assert report["systems"] == ["ours-int8"] and [len(r["outputs"]) for r in report["sets"]] == [2, 1]
     stdout = capsys.readouterr().out
     assert stdout.startswith("| split | direction | ours-int8 BLEU / chrF | lines | ours-int8 unk |\n")
@@ -94,7 +96,7 @@ def test_shortlist_both_scores_the_same_graphs_with_and_without_it(tiny_package,
     from engine.shortlist import learn
     from export.shortlist_graph import add_to_package, training_examples
 
-    monkeypatch.setattr(modern_eval, "load_sets", lambda splits, directions, limit: fake_sets())
+    monkeypatch.setattr(modern_eval, "load_sets", lambda *a: fake_sets())
     args = ["--variants", "int8,fp32", "--no-apertium", "--directions", "en-de,de-en", "--shortlist", "both"]
     assert modern_eval.main(["--package", str(tiny_package), *args]) == EXIT_USAGE
     assert capsys.readouterr().err == (f"python -m bench.modern_eval: error: --shortlist both: {tiny_package} has no "
@@ -133,6 +135,16 @@ def test_apertium_translates_each_line_as_it_would_alone():
     lines = ["Organizing Libraries", "Creating a New Library", "", "The house is red."]
     together = apertium_translate(lines, "eng-spa")
     assert together == [apertium_translate([line], "eng-spa")[0] if line else "" for line in lines]
+
+
+def test_the_dev_part_is_mark_where_the_test_part_is_john():
+    """--part dev scores the splits' dev lines (Mark for the Bible) to choose between models; the
+    phrase list has one part."""
+    dev = modern_eval.load_sets(["bible", "everyday"], ["en-de"], 2, "dev")
+    test = modern_eval.load_sets(["bible", "everyday"], ["en-de"], 2)
+    assert [p.key for p in dev["bible", "en-de"]] == [(41, 1, 1), (41, 1, 2)]
+    assert [p.key for p in test["bible", "en-de"]] == [(43, 1, 1), (43, 1, 2)]
+    assert dev["everyday", "en-de"] == test["everyday", "en-de"]
 
 
 def test_the_everyday_phrase_list_covers_every_direction():

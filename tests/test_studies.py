@@ -384,3 +384,65 @@ def test_contrib_ops_prints_every_comparison(tiny_package, capsys):
     steps = [line for line in lines if " step, " in line]
     assert len(steps) == 2 * 7 and all(line.endswith("a job's rows the same bits alone: True") for line in steps)
     assert len([line for line in lines if line.startswith("  self-attention, ")]) == 4
+
+
+def test_capacity_variants_are_named_settings():
+    import pytest
+
+    from bench.studies.capacity import Variant, parse_variant
+    from cli import UsageError
+
+    assert parse_variant("today:") == Variant("today", ())
+    assert parse_variant("wide:model.d_model=512,model.n_heads=8") == Variant(
+        "wide", ("model.d_model=512", "model.n_heads=8"))
+    with pytest.raises(UsageError, match=r"variant 'Wide': write NAME:SECTION.KEY=VALUE"):
+        parse_variant("Wide")
+    with pytest.raises(UsageError, match=r"variant wide: 'd_model=512' is not SECTION.KEY=VALUE"):
+        parse_variant("wide:d_model=512")
+
+
+def test_capacity_frontier_keeps_what_nothing_beats_on_both():
+    from bench.studies.capacity import frontier
+
+    rows = [{"variant": name, "chrf": chrf, "sentences_per_s": rate}
+            for name, chrf, rate in (("a", 40.0, 10.0), ("b", 42.0, 8.0), ("c", 39.0, 9.0), ("d", 45.0, 5.0))]
+    assert frontier(rows) == ["a", "b", "d"]  # c: a is faster and better
+
+
+def test_capacity_study_trains_resumes_scores_and_times_every_variant(tmp_path, capsys):
+    """Two tiny shapes of their own vocabularies on a slice of the Bible: a call cut short leaves
+    the first run unfinished (exit 75); the same command finishes both, ships, exports, scores
+    the dev sets and times them; a third call trains nothing again."""
+    from bench.studies.capacity import main as capacity_main
+    from training.config import MODEL_PRESETS, replace
+    from training.model import Transformer
+
+    out = tmp_path / "study"
+    argv = ["--out", str(out), "--sources", '{"bible": 0.01}', "--preset", "tiny", "--minutes", "5",
+            "--max-steps", "4", "--batch-tokens", "1500", "--warmup", "2", "--save-every", "2", "--average", "2",
+            "--threads", "1", "--directions", "en-de,de-en", "--splits", "bible,everyday", "--limit", "3",
+            "--speed-lines", "2", "--rounds", "1",
+            "--set", "data.tokenizer_sample=3000", "--set", "train.eval_every=0", "--set", "train.log_every=2",
+            "v400:data.vocab_size=400", "v500:data.vocab_size=500,model.n_decoder_layers=1"]
+    assert capacity_main([*argv, "--chunk-minutes", "0.0001"]) == 75
+    assert "v400 is saved and not finished: run the same command again to continue" in capsys.readouterr().out
+    assert not (out / "v500").exists()
+    assert capacity_main(argv) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / "capacity.json").read_text())
+    rows = {r["variant"]: r for r in report["rows"]}
+    assert sorted(rows) == ["v400", "v500"]
+    assert (rows["v400"]["vocab_size"], rows["v500"]["vocab_size"]) == (400, 500)
+    shape = replace(MODEL_PRESETS["tiny"], vocab_size=500, n_decoder_layers=1)
+    assert rows["v500"]["parameters"] == sum(p.numel() for p in Transformer(shape).parameters())
+    for r in rows.values():
+        assert sorted(r["splits"]) == ["bible", "everyday"]
+        assert sorted((s["split"], s["direction"], s["lines"]) for s in r["sets"]) == [
+            ("bible", "de-en", 3), ("bible", "en-de", 3), ("everyday", "de-en", 3), ("everyday", "en-de", 3)]
+        assert r["sentences_per_s"] > 0
+    assert set(report["frontier"]) <= {"v400", "v500"} and report["frontier"]
+    assert (out / "capacity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| variant | parameters | vocabulary | bible | everyday | mean chrF | sentences/s |" in printed
+    weights = (out / "v400" / "model" / "model.pt").stat().st_mtime_ns
+    assert capacity_main(argv) == 0
+    assert (out / "v400" / "model" / "model.pt").stat().st_mtime_ns == weights  # nothing trained or shipped again
