@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 
 def test_profile_decode_smoke(tiny_checkpoint, tiny_package, tmp_path, capsys):
@@ -423,6 +426,9 @@ def test_capacity_study_trains_resumes_scores_and_times_every_variant(tmp_path, 
             "--threads", "1", "--directions", "en-de,de-en", "--splits", "bible,everyday", "--limit", "3",
             "--speed-lines", "2", "--rounds", "1",
             "--set", "data.tokenizer_sample=3000", "--set", "train.eval_every=0", "--set", "train.log_every=2",
+            # the study scores on its own; nmt-train's closing dev BLEU of 2 lines a direction, not 200,
+            # keeps an untrained model's full-length decodes out of the test's time
+            "--set", "train.eval_sentences=2",
             "v400:data.vocab_size=400", "v500:data.vocab_size=500,model.n_decoder_layers=1"]
     assert capacity_main([*argv, "--chunk-minutes", "0.0001"]) == 75
     assert "v400 is saved and not finished: run the same command again to continue" in capsys.readouterr().out
@@ -446,3 +452,21 @@ def test_capacity_study_trains_resumes_scores_and_times_every_variant(tmp_path, 
     weights = (out / "v400" / "model" / "model.pt").stat().st_mtime_ns
     assert capacity_main(argv) == 0
     assert (out / "v400" / "model" / "model.pt").stat().st_mtime_ns == weights  # nothing trained or shipped again
+
+
+def test_train_speed_times_two_arms_side_by_side_and_refuses_any_other_pair(capsys):
+    """The training-speed study times the two arms it is given on the same batches, round by
+    round, and says which pairs it takes when given another."""
+    from bench.studies.train_speed import main as train_speed_main
+
+    argv = ["--preset", "tiny", "--batch-tokens", "300", "--steps", "1", "--rounds", "1", "--threads", "1"]
+    assert train_speed_main([*argv, "--arms", "fp32,bf16"]) == 0
+    printed = capsys.readouterr().out
+    assert "preset tiny, 300 tokens a batch, 1 threads" in printed
+    assert re.search(r"^round 1: fp32 [\d,]+ tok/s \| bf16 [\d,]+ tok/s \| [\d.]+x$", printed, re.M)
+    assert "median bf16 / fp32: " in printed
+    for arms in ("fp32,fp32", "fp32", "fp32,fp16"):
+        with pytest.raises(SystemExit) as stop:
+            train_speed_main([*argv, "--arms", arms])
+        assert stop.value.code == 2
+        assert f"--arms takes two different arms of fp32, bf16, compiled, got '{arms}'" in capsys.readouterr().err

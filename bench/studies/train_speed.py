@@ -1,12 +1,18 @@
 """Training steps per second on this machine, fp32 against bfloat16 autocast, side by side.
 
     python -m bench.studies.train_speed --preset deep-shallow --batch-tokens 6000 --steps 12 --rounds 3
+    python -m bench.studies.train_speed --arms fp32,compiled     # fp32 eager against torch.compile
 
 Each round times the same batches (Bible training pairs, the shipped tokenizer) through a full
 step (forward, label-smoothed loss, backward, clipping, Adam) once per arm, the arms
 alternating so that a noisy shared machine loads both alike. Weights stay fp32 in both arms;
 bf16 is autocast only. Prints tokens/s (source + target, as nmt-train logs them) per round
-and the median ratio.
+and the median ratio of the second arm to the first.
+
+``--arms`` picks two of: ``fp32`` (eager), ``bf16`` (autocast, eager) and ``compiled`` (fp32 through
+``torch.compile(dynamic=True)``: batches differ in shape, so a static compile would recompile at
+almost every step). The compiled arm's first call compiles; it is timed apart and reported as
+the one-off cost.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ def time_steps(model: Transformer, batches: list, bf16: bool) -> float:
     return tokens / elapsed
 
 
+ARMS = ("fp32", "bf16", "compiled")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="deep-shallow", choices=sorted(MODEL_PRESETS))
@@ -53,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=12, help="timed steps per arm and round (plus one warm-up)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
+    p.add_argument("--arms", default="fp32,bf16", help=f"two of {', '.join(ARMS)}: the first is the baseline")
     args = p.parse_args(argv)
+    arms = args.arms.split(",")
+    if len(arms) != 2 or len(set(arms)) != 2 or not set(arms) <= set(ARMS):
+        p.error(f"--arms takes two different arms of {', '.join(ARMS)}, got {args.arms!r}")
     if args.threads:
         torch.set_num_threads(args.threads)
     tokenizer = ckpt_io.load_tokenizer(ckpt_io.load(ckpt_io.resolve(args.tokenizer_from)))
@@ -65,14 +78,23 @@ def main(argv: list[str] | None = None) -> int:
     model.train()
     print(f"preset {args.preset}, {args.batch_tokens} tokens a batch, {torch.get_num_threads()} threads, "
           f"bf16 units: {'yes' if bf16_native(torch.device('cpu')) else 'no (bf16 is emulated)'}")
+    compiled = None
+    if "compiled" in arms:
+        compiled = torch.compile(model, dynamic=True)
+        start = time.perf_counter()
+        time_steps(compiled, batches[:2], bf16=False)  # compiles (and recompiles once for the dynamic shapes)
+        print(f"torch.compile: {time.perf_counter() - start:.0f} s before its first timed step")
+
+    def rate(arm: str) -> float:
+        return time_steps(compiled if arm == "compiled" else model, batches, bf16=arm == "bf16")
+
     ratios = []
     for r in range(args.rounds):
-        fp32 = time_steps(model, batches, bf16=False)
-        bf16 = time_steps(model, batches, bf16=True)
-        ratios.append(bf16 / fp32)
-        print(f"round {r + 1}: fp32 {fp32:,.0f} tok/s | bf16 autocast {bf16:,.0f} tok/s | {bf16 / fp32:.2f}x",
+        base, other = rate(arms[0]), rate(arms[1])
+        ratios.append(other / base)
+        print(f"round {r + 1}: {arms[0]} {base:,.0f} tok/s | {arms[1]} {other:,.0f} tok/s | {other / base:.2f}x",
               flush=True)
-    print(f"median bf16 / fp32: {statistics.median(ratios):.2f}x over {args.rounds} rounds")
+    print(f"median {arms[1]} / {arms[0]}: {statistics.median(ratios):.2f}x over {args.rounds} rounds")
     return 0
 
 
