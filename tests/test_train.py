@@ -215,3 +215,20 @@ def test_encoder_cosine_is_one_for_a_collapsed_encoder_and_lower_otherwise():
     model.positional.table.zero_()  # no positions: a repeated token gives identical outputs
     assert encoder_cosine(model, torch.tensor([[7, 7, 7, 7]])) == pytest.approx(1.0, abs=1e-6)
     assert model.training  # the check leaves the model's mode as it found it
+
+
+def test_dev_plot_draws_few_sets_as_they_are_and_many_as_one_mean_per_source():
+    from training.train import MAX_DEV_LINES, dev_series
+
+    few = [{"step": 100, "dev_bleu": {"en-de": 10.0, "de-en": 12.0}},
+           {"step": 200, "dev_bleu": {"en-de": 11.0, "de-en": 13.5}}]
+    assert dev_series(few) == {"de-en": [(100, 12.0), (200, 13.5)], "en-de": [(100, 10.0), (200, 11.0)]}
+
+    directions = ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")
+    scores = {f"{d}/bible": 20.0 + i for i, d in enumerate(directions)}
+    scores |= {f"{d}/debian-catalogs": 10.0 for d in directions} | {"en-de/debian-examples": 7.25}
+    assert len(scores) > MAX_DEV_LINES
+    many = [{"step": 1000, "dev_bleu": scores}]
+    assert dev_series(many) == {"bible (mean of 6 directions)": [(1000, 22.5)],
+                                "debian-catalogs (mean of 6 directions)": [(1000, 10.0)],
+                                "debian-examples (mean of 1 direction)": [(1000, 7.25)]}

@@ -179,6 +179,27 @@ def encoder_cosine(model: Transformer, src: torch.Tensor) -> float:
     return sum(sims) / max(len(sims), 1)
 
 
+MAX_DEV_LINES = 8  # more dev sets than this are drawn one line per source, averaged over its directions
+
+
+def dev_series(evals: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """The lines of the dev-BLEU plot: one per dev set (``en-de`` or ``en-de/SOURCE``) while they are
+    few; past MAX_DEV_LINES, one per source, the mean of its directions at each evaluation (a mixed
+    corpus has dozens of sets, whose legend would cover the plot)."""
+    keys = sorted({k for h in evals for k in h["dev_bleu"]})
+    if len(keys) <= MAX_DEV_LINES or not all("/" in k for k in keys):
+        return {k: [(h["step"], h["dev_bleu"][k]) for h in evals if k in h["dev_bleu"]] for k in keys}
+    out: dict[str, list[tuple[int, float]]] = {}
+    for source in sorted({k.split("/", 1)[1] for k in keys}):
+        for h in evals:
+            scores = [v for k, v in h["dev_bleu"].items() if k.split("/", 1)[1] == source]
+            if scores:
+                n = len(scores)
+                label = f"{source} (mean of {n} direction{'s' if n > 1 else ''})"
+                out.setdefault(label, []).append((h["step"], round(sum(scores) / n, 2)))
+    return out
+
+
 def plot_curves(history: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -191,13 +212,12 @@ def plot_curves(history: list[dict[str, Any]], path: Path) -> None:
     ax1.plot([h["step"] for h in train], [h["loss"] for h in train], lw=1)
     ax1.set(xlabel="step", ylabel="training loss (label-smoothed)", title="Loss")
     ax1.grid(alpha=0.3)
-    for direction in sorted({k for h in evals for k in h["dev_bleu"]}):
-        pts = [(h["step"], h["dev_bleu"][direction]) for h in evals if direction in h["dev_bleu"]]
-        ax2.plot(*zip(*pts), marker="o", label=direction)
+    for label, pts in dev_series(evals).items():
+        ax2.plot(*zip(*pts), marker="o", label=label)
     ax2.set(xlabel="step", ylabel="BLEU (greedy)", title="Dev BLEU")
     ax2.grid(alpha=0.3)
     if evals:
-        ax2.legend()
+        ax2.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
