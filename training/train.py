@@ -189,14 +189,16 @@ def dev_series(evals: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]
     keys = sorted({k for h in evals for k in h["dev_bleu"]})
     if len(keys) <= MAX_DEV_LINES or not all("/" in k for k in keys):
         return {k: [(h["step"], h["dev_bleu"][k]) for h in evals if k in h["dev_bleu"]] for k in keys}
+    by_source: dict[str, list[str]] = {}
+    for k in keys:
+        by_source.setdefault(k.split("/", 1)[1], []).append(k)
     out: dict[str, list[tuple[int, float]]] = {}
-    for source in sorted({k.split("/", 1)[1] for k in keys}):
+    for source, members in sorted(by_source.items()):
+        label = f"{source} (mean of {len(members)} direction{'s' if len(members) > 1 else ''})"
         for h in evals:
-            scores = [v for k, v in h["dev_bleu"].items() if k.split("/", 1)[1] == source]
+            scores = [v for k, v in h["dev_bleu"].items() if k in members]  # the run's order: the same sums
             if scores:
-                n = len(scores)
-                label = f"{source} (mean of {n} direction{'s' if n > 1 else ''})"
-                out.setdefault(label, []).append((h["step"], round(sum(scores) / n, 2)))
+                out.setdefault(label, []).append((h["step"], round(sum(scores) / len(scores), 2)))
     return out
 
 
