@@ -40,6 +40,8 @@ from training.data import eval_sets, load_pairs, protect_text
 from training.tokenizer import Tokenizer
 
 PROG = "python -m training.grow_vocab"
+DESCRIPTION = ("Grow a trained model's vocabulary by the words its training mixture spells in the most pieces, "
+               "so it can be fine-tuned (nmt-train --init-from) on the larger vocabulary.")
 WORD_MARK = "\u2581"
 NORMAL = sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL
 SCORE_MARGIN = 1.0  # how much a new piece outscores the pieces that spelled its word
@@ -120,7 +122,7 @@ def load_source(path: str) -> tuple[Tokenizer, RunConfig]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog=PROG, description=DESCRIPTION)
     p.add_argument("--from", dest="source", required=True,
                    help="the model whose vocabulary grows: a shipped model's directory, a run or a .pt checkpoint")
     p.add_argument("--add", type=int, required=True, help="how many pieces to add")
