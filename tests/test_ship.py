@@ -98,29 +98,3 @@ def test_interpolating_models_of_another_shape_is_refused(tiny_checkpoint, tmp_p
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match=r"--weight 1\.5: it must be between 0 and 1"):
         ship(tiny_checkpoint, tmp_path / "out", tiny_checkpoint, 1.5)
-
-
-def test_interpolating_across_a_grown_vocabulary_carries_the_old_model_over(tiny_checkpoint, tmp_path):
-    """A run on a grown vocabulary (training/grow_vocab.py) blends with the model it started from:
-    OLD's rows are first carried to the new vocabulary as the warm start carried them."""
-    from collections import Counter
-
-    from training.grow_vocab import choose, grow
-    from training.tokenizer import Tokenizer
-    from training.warm_start import map_embeddings
-
-    ckpt = load(tiny_checkpoint)
-    old_tok = Tokenizer(model_proto=ckpt["tokenizer_model"])
-    chosen = choose(old_tok, Counter({"Herrn": 10, "Gottes": 10}), 2)
-    grown = grow(ckpt["tokenizer_model"], [(p, s) for p, _, s in chosen])
-    rows, _ = map_embeddings(ckpt["model"]["embedding.weight"].float(), old_tok, Tokenizer(model_proto=grown))
-    tuned = {k: (v.float() + 1.0 if v.is_floating_point() else v) for k, v in ckpt["model"].items()}
-    tuned["embedding.weight"] = rows + 1.0
-    run = tmp_path / "grown.pt"
-    torch.save({**ckpt, "model": tuned, "tokenizer_model": grown}, run)
-    mixed = load(ship(run, tmp_path / "mixed", tiny_checkpoint, 0.25))
-    assert mixed["tokenizer_model"] == grown and mixed["model"]["embedding.weight"].shape[0] == old_tok.vocab_size + 2
-    assert torch.equal(mixed["model"]["embedding.weight"], (0.25 * (rows + 1.0) + 0.75 * rows).half())
-    k = next(name for name in ckpt["model"] if name != "embedding.weight" and ckpt["model"][name].dim() == 2)
-    v = ckpt["model"][k].float()
-    assert torch.equal(mixed["model"][k], (0.25 * (v + 1.0) + 0.75 * v).half())  # other tensors as before

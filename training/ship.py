@@ -6,10 +6,7 @@
 ``--interpolate OLD --weight W`` ships W x the source's weights + (1 - W) x OLD's, tensor by tensor
 (WiSE-FT, Wortsman et al. 2022): a fine-tune that gained on new text and lost some of the old
 gets most of the one back at little of the other. Both must have the same shape; the shipped
-checkpoint records what it was interpolated with. When the source has another vocabulary (a
-run warm-started on a grown one, training/grow_vocab.py), OLD's embedding is first carried to it
-as ``nmt-train --init-from`` carries it (training/warm_start.py): interpolating then moves between
-the fine-tune and the very weights it started from.
+checkpoint records what it was interpolated with.
 
 Writes ``model.pt`` (half-precision weights, the run's config and the tokenizer: a
 checkpoint that every command taking a checkpoint accepts), ``config.json`` and
@@ -30,10 +27,6 @@ import torch
 
 from training.checkpoint import SUMS_FILE, load, resolve, save_atomic, sha256_file
 from training.config import RunConfig
-from training.tokenizer import Tokenizer
-from training.warm_start import map_embeddings
-
-EMBEDDING = "embedding.weight"
 
 
 def write_sums(directory: Path) -> None:
@@ -55,19 +48,6 @@ def interpolate(new: dict[str, torch.Tensor], old: dict[str, torch.Tensor], weig
             for k, v in new.items()}
 
 
-def on_vocabulary(old: dict, tokenizer_model: bytes) -> dict[str, torch.Tensor]:
-    """OLD checkpoint's weights on the vocabulary of ``tokenizer_model`` (as they are when it is OLD's)."""
-    weights = old["model"]
-    if old["tokenizer_model"] == tokenizer_model:
-        return weights
-    if weights.get("output_bias") is not None:
-        raise ValueError("the two models have different vocabularies and OLD has an output bias, which cannot be "
-                         "carried from one vocabulary to the other")
-    rows, _ = map_embeddings(weights[EMBEDDING].float(), Tokenizer(model_proto=old["tokenizer_model"]),
-                             Tokenizer(model_proto=tokenizer_model))
-    return {**weights, EMBEDDING: rows}
-
-
 def portable(path: str | Path) -> str:
     """A path as a shipped model may record it: a relative one as it is, an absolute one (of the
     machine that trained it, meaningless anywhere else) by its last component only."""
@@ -82,7 +62,7 @@ def ship(source: str | Path, out: str | Path, with_model: str | Path | None = No
     extra: dict = {}
     if with_model is not None:
         other = resolve(with_model)
-        weights = interpolate(weights, on_vocabulary(load(other), ckpt["tokenizer_model"]), weight)
+        weights = interpolate(weights, load(other)["model"], weight)
         extra["interpolated"] = {"with": portable(other), "weight": weight}
     out.mkdir(parents=True, exist_ok=True)
     config = {**ckpt["config"]}
