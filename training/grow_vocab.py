@@ -149,10 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = cfg.data
         if args.sources:
             try:
-                sources = json.loads(args.sources)
+                mixture = json.loads(args.sources)
             except json.JSONDecodeError as e:
                 raise UsageError(f"--sources is not JSON: {e}") from e
-            data = replace(data, corpus="mixed", sources=sources)
+            data = replace(data, corpus="mixed", sources=mixture)
         texts = [protect_text(t, data) for p in load_pairs(data, "train") for t in (p.src, p.tgt)]
         max_chars = _max_piece_chars(tokenizer.model_proto)
         chosen = choose(tokenizer, words(texts, max_chars), args.add)
@@ -162,8 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         dev = {label: [p.src for p in pairs] for label, pairs in sorted(eval_sets(data, "dev").items())}
         sample = random.Random(1).sample(texts, min(len(texts), TRAIN_SAMPLE))
         rows = {TRAIN_ROW: [round(pieces_per_sentence(t, sample), 2) for t in (tokenizer, grown)]}
-        rows |= {label: [round(pieces_per_sentence(t, texts), 2) for t in (tokenizer, grown)]
-                 for label, texts in dev.items() if texts}
+        rows |= {label: [round(pieces_per_sentence(t, sources), 2) for t in (tokenizer, grown)]
+                 for label, sources in dev.items() if sources}
         report = {"from": args.source, "added": len(chosen), "vocab_size": [tokenizer.vocab_size, grown.vocab_size],
                   "score_margin": SCORE_MARGIN, "sources": data.sources,
                   "pieces_per_sentence": rows,  # train sample (both sides) and dev sets (source side): [before, after]
