@@ -32,13 +32,41 @@ start_engine() {
         sleep 1
       done
       timeout 5 docker info >/dev/null 2>&1 && break
-      grep -v 'module=grpc' "$WORK/dockerd.log" | tail -5
+      # A panic's first lines say where; the tail of its trace says only that it was dockerd.
+      if grep -q '^panic:' "$WORK/dockerd.log"; then grep -A3 -m1 '^panic:' "$WORK/dockerd.log"
+      else grep -v 'module=grpc' "$WORK/dockerd.log" | tail -5; fi
       log "dockerd did not come up (attempt $attempt)"
       stop_engine
+      set_aside_broken_network_store
     done
     timeout 5 docker info >/dev/null 2>&1 || fail "dockerd did not answer after 3 attempts (log: $WORK/dockerd.log)"
   fi
   log "engine $(docker version --format '{{.Server.Version}}'), $(docker-compose version --short)"
+}
+
+# docker.io 20.10 panics at start ("index out of range" in libnetwork's reservePools) when its
+# network store holds a network whose removal was cut short: marked inDelete, its addresses
+# already released. An engine killed while `docker-compose down` ran leaves one, and every later
+# start fails the same way (moby issue 45057, fixed upstream after 20.10). The store is the one
+# file libnetwork rebuilds by itself (bridge, host and none come back; networks a stack made
+# are made again when it is deployed), so only on that panic it is moved aside, kept beside the
+# original name, and the next attempt starts clean.
+set_aside_broken_network_store() {
+  local store aside
+  store="$(docker_root)/network/files/local-kv.db"
+  grep -q 'libnetwork.(\*controller).reservePools' "$WORK/dockerd.log" || return 0
+  [ -f "$store" ] || return 0
+  aside="$store.broken-$(date +%Y%m%d%H%M%S)"
+  log "dockerd panicked on a network whose removal was cut short: its network store moves aside to $aside"
+  mv "$store" "$aside"
+}
+
+# The engine's data root: "data-root" in dockerd's configuration file (DOCKERD_CONFIG, by
+# default the file dockerd reads) when set, else dockerd's default.
+docker_root() {
+  local root="" config="${DOCKERD_CONFIG:-/etc/docker/daemon.json}"
+  [ -f "$config" ] && root="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("data-root", ""))' "$config" 2>/dev/null)" || true
+  echo "${root:-/var/lib/docker}"
 }
 
 # An engine killed without its shutdown (a dockerd and the containerd it started, or that
@@ -77,9 +105,11 @@ report_exited() {
 stop_engine() {
   [ -n "$DOCKERD_PID" ] || return 0
   log "stopping the dockerd this script started (pid $DOCKERD_PID)"
-  kill -TERM "$DOCKERD_PID" 2>/dev/null
+  # Every step tolerates an engine that has already exited (one that panicked at start): under
+  # the callers' `set -e` a failing kill here ended the script before its second attempt.
+  kill -TERM "$DOCKERD_PID" 2>/dev/null || true
   for _ in $(seq 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
-  kill -0 "$DOCKERD_PID" 2>/dev/null && kill -KILL "$DOCKERD_PID" 2>/dev/null
+  if kill -0 "$DOCKERD_PID" 2>/dev/null; then kill -KILL "$DOCKERD_PID" 2>/dev/null || true; fi
   DOCKERD_PID=""
 }
 

@@ -1,6 +1,7 @@
 """scripts/run.sh and its checks (scripts/run_checks.py, scripts/wait_serving.py): a taken port
 stops it before anything is built, the server it waits for must be the one it started, and a
-package is exported again only when it is stale and no running server uses it."""
+package is exported again only when it is stale and no running server uses it; and the e2e
+scripts' engine helpers (scripts/e2e_docker.sh) retry a dockerd that failed to start."""
 
 from __future__ import annotations
 
@@ -159,3 +160,55 @@ def test_e2e_scripts_never_wait_for_every_child():
     for p in scripts:
         bare = [line for line in p.read_text().splitlines() if re.fullmatch(r"\s*wait(\s+2>/dev/null)?\s*", line)]
         assert not bare, f"{p.name}: {bare}"
+
+
+def e2e_shell(body: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Runs `body` in bash under the e2e scripts' `set -euo pipefail`, with scripts/e2e_docker.sh
+    sourced and its callers' log, fail, WORK and PY defined."""
+    prelude = (
+        "set -euo pipefail\n"
+        'log() { echo "[test] $*"; }\n'
+        'fail() { echo "FAILED: $*" >&2; exit 1; }\n'
+        f"WORK={tmp_path}\nPY={sys.executable}\n"
+        "source scripts/e2e_docker.sh\n"
+    )
+    return script("bash", "-c", prelude + body)
+
+
+def test_stopping_an_engine_that_already_exited_lets_the_next_attempt_run(tmp_path):
+    """A dockerd that panicked at start has exited before stop_engine runs: the kill of a gone
+    process must not end the script under `set -e`, or start_engine never reaches attempt 2."""
+    done = e2e_shell('sleep 0 & DOCKERD_PID=$!; sleep 0.5\nstop_engine\necho "after: [$DOCKERD_PID]"\n', tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "after: []"
+
+
+PANIC = """panic: runtime error: index out of range [0] with length 0
+
+goroutine 1 [running]:
+github.com/docker/libnetwork.(*controller).reservePools(0x557e133c3e70?)
+\t/build/src/github.com/docker/libnetwork/controller.go:956 +0xb65
+"""
+
+
+def test_only_the_reserve_pools_panic_moves_the_network_store_aside(tmp_path):
+    root = tmp_path / "docker"
+    store = root / "network" / "files" / "local-kv.db"
+    store.parent.mkdir(parents=True)
+    store.write_bytes(b"bolt")
+    config = tmp_path / "daemon.json"
+    config.write_text(json.dumps({"data-root": str(root)}))
+    body = f"export DOCKERD_CONFIG={config}\nset_aside_broken_network_store\n"
+
+    (tmp_path / "dockerd.log").write_text('level=error msg="failed to start daemon: pid file found"\n')
+    other = e2e_shell(body, tmp_path)
+    assert other.returncode == 0, other.stderr
+    assert other.stdout == "" and store.read_bytes() == b"bolt"
+
+    (tmp_path / "dockerd.log").write_text(PANIC)
+    moved = e2e_shell(body, tmp_path)
+    assert moved.returncode == 0, moved.stderr
+    aside = list(store.parent.glob("local-kv.db.broken-*"))
+    assert not store.exists() and [p.read_bytes() for p in aside] == [b"bolt"]
+    said = "[test] dockerd panicked on a network whose removal was cut short: its network store moves aside to"
+    assert moved.stdout == f"{said} {aside[0]}\n"
