@@ -53,8 +53,8 @@ start_engine() {
 # original name, and the next attempt starts clean.
 set_aside_broken_network_store() {
   local store aside
-  store="$(docker_root)/network/files/local-kv.db"
   grep -q 'libnetwork.(\*controller).reservePools' "$WORK/dockerd.log" || return 0
+  store="$(docker_root)/network/files/local-kv.db"
   [ -f "$store" ] || return 0
   aside="$store.broken-$(date +%Y%m%d%H%M%S)"
   log "dockerd panicked on a network whose removal was cut short: its network store moves aside to $aside"
