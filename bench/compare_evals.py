@@ -1,0 +1,139 @@
+"""Two ``bench.modern_eval --json`` reports side by side: per domain (split) the mean over its
+directions of the new model's score minus the old one's, and whether the new model is above the
+old on every domain, the rule a new default is shipped by (docs/training.md).
+
+    python -m bench.compare_evals runs/eval-default.json runs/eval-stage13.json
+
+The Bible is compared by BLEU (as the model card quotes it), every other split by chrF;
+``--metric chrf`` or ``--metric bleu`` uses one for all. Both reports must come from the same
+``--part``, ``--limit`` and ``--beam`` on the same lines, or the difference means nothing: a
+mismatch is an error. Exit status 0 either way; ``--require-gain`` makes it 1 when the new model
+is not above the old on every domain (for scripts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cli import ArgumentParser
+
+BLEU_SPLITS = frozenset({"bible"})  # quoted by BLEU in the model card; the rest by chrF
+SAME_SETTINGS = ("part", "limit", "beam")
+
+
+class ReportMismatch(ValueError):
+    """The two reports were not made on the same lines."""
+
+
+@dataclass(frozen=True)
+class DomainDelta:
+    split: str
+    metric: str
+    old: float  # mean over the directions both reports hold
+    new: float
+    directions: int
+    worst: tuple[str, float]  # the direction that lost most (or gained least), and by how much
+
+    @property
+    def delta(self) -> float:
+        return self.new - self.old
+
+
+def load_report(path: Path) -> dict:
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ReportMismatch(f"{path}: cannot read a modern_eval report ({e})") from None
+    if not isinstance(report, dict) or "sets" not in report or "systems" not in report:
+        raise ReportMismatch(f"{path}: not a bench.modern_eval --json report (no 'sets' and 'systems')")
+    return report
+
+
+def pick_system(report: dict, path: Path, wanted: str | None) -> str:
+    systems = [s for s in report["systems"] if s.startswith("ours")]
+    if wanted is not None:
+        if wanted not in report["systems"]:
+            raise ReportMismatch(f"{path}: no system {wanted!r} (it holds {', '.join(report['systems'])})")
+        return wanted
+    if len(systems) != 1:
+        raise ReportMismatch(f"{path}: holds {', '.join(report['systems'])}; pick one with --system")
+    return systems[0]
+
+
+def metric_of(split: str, metric: str | None) -> str:
+    if metric is not None:
+        return metric
+    return "bleu" if split in BLEU_SPLITS else "chrf"
+
+
+def compare(old: dict, new: dict, old_system: str, new_system: str,
+            metric: str | None = None) -> list[DomainDelta]:
+    """Per split, in the old report's order, over the directions both hold."""
+    for key in SAME_SETTINGS:
+        a, b = old.get("settings", {}).get(key), new.get("settings", {}).get(key)
+        if a != b:
+            raise ReportMismatch(f"the reports differ in --{key} ({a} against {b}): run both the same way")
+    new_sets = {(s["split"], s["direction"]): s for s in new["sets"]}
+    per_split: dict[str, list[tuple[str, float, float]]] = {}
+    for s in old["sets"]:
+        other = new_sets.get((s["split"], s["direction"]))
+        if other is None:
+            continue
+        if s["lines"] != other["lines"]:
+            raise ReportMismatch(f"{s['split']} {s['direction']}: {s['lines']} lines against {other['lines']}")
+        m = metric_of(s["split"], metric)
+        per_split.setdefault(s["split"], []).append(
+            (s["direction"], s["scores"][old_system][m], other["scores"][new_system][m]))
+    if not per_split:
+        raise ReportMismatch("the reports share no split and direction")
+    out = []
+    for split, rows in per_split.items():
+        worst = min(rows, key=lambda r: r[2] - r[1])
+        out.append(DomainDelta(split, metric_of(split, metric), sum(r[1] for r in rows) / len(rows),
+                               sum(r[2] for r in rows) / len(rows), len(rows),
+                               (worst[0], round(worst[2] - worst[1], 2))))
+    return out
+
+
+def render(deltas: list[DomainDelta]) -> str:
+    lines = ["| domain | metric | directions | old | new | new - old | worst direction |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for d in deltas:
+        lines.append(f"| {d.split} | {d.metric} | {d.directions} | {d.old:.2f} | {d.new:.2f} | {d.delta:+.2f} | "
+                     f"{d.worst[0]} {d.worst[1]:+.2f} |")
+    below = [d.split for d in deltas if d.delta <= 0]
+    lines.append("")
+    lines.append("above the old model on every domain" if not below
+                 else f"not above the old model on: {', '.join(below)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("old", type=Path, help="the report of the model to beat (e.g. the default)")
+    p.add_argument("new", type=Path, help="the report of the candidate")
+    p.add_argument("--metric", choices=("chrf", "bleu"), help="one metric for every split "
+                                                              "(default: BLEU for the Bible, chrF for the rest)")
+    p.add_argument("--system", help="which system of each report (default: its only 'ours-*' one)")
+    p.add_argument("--require-gain", action="store_true",
+                   help="exit 1 unless the new model is above the old on every domain")
+    args = p.parse_args(argv)
+    try:
+        old, new = load_report(args.old), load_report(args.new)
+        deltas = compare(old, new, pick_system(old, args.old, args.system), pick_system(new, args.new, args.system),
+                         args.metric)
+    except ReportMismatch as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(render(deltas))
+    if args.require_gain and any(d.delta <= 0 for d in deltas):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
