@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,14 @@ def metric_of(split: str, metric: str | None) -> str:
     return "bleu" if split in BLEU_SPLITS else "chrf"
 
 
+def split_means(values: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """Per split, the mean of its directions' scores, in the order the splits first appear."""
+    by: dict[str, list[float]] = {}
+    for split, value in values:
+        by.setdefault(split, []).append(value)
+    return {split: sum(v) / len(v) for split, v in by.items()}
+
+
 def compare(old: dict, new: dict, old_system: str, new_system: str,
             metric: str | None = None) -> list[DomainDelta]:
     """Per split, in the old report's order, over the directions both hold."""
@@ -78,7 +87,7 @@ def compare(old: dict, new: dict, old_system: str, new_system: str,
         if a != b:
             raise ReportMismatch(f"the reports differ in --{key} ({a} against {b}): run both the same way")
     new_sets = {(s["split"], s["direction"]): s for s in new["sets"]}
-    per_split: dict[str, list[tuple[str, float, float]]] = {}
+    rows = []  # (split, direction, old score, new score) over the sets both reports hold
     for s in old["sets"]:
         other = new_sets.get((s["split"], s["direction"]))
         if other is None:
@@ -86,16 +95,16 @@ def compare(old: dict, new: dict, old_system: str, new_system: str,
         if s["lines"] != other["lines"]:
             raise ReportMismatch(f"{s['split']} {s['direction']}: {s['lines']} lines against {other['lines']}")
         m = metric_of(s["split"], metric)
-        per_split.setdefault(s["split"], []).append(
-            (s["direction"], s["scores"][old_system][m], other["scores"][new_system][m]))
-    if not per_split:
+        rows.append((s["split"], s["direction"], s["scores"][old_system][m], other["scores"][new_system][m]))
+    if not rows:
         raise ReportMismatch("the reports share no split and direction")
+    olds, news = split_means((r[0], r[2]) for r in rows), split_means((r[0], r[3]) for r in rows)
     out = []
-    for split, rows in per_split.items():
-        worst = min(rows, key=lambda r: r[2] - r[1])
-        out.append(DomainDelta(split, metric_of(split, metric), sum(r[1] for r in rows) / len(rows),
-                               sum(r[2] for r in rows) / len(rows), len(rows),
-                               (worst[0], round(worst[2] - worst[1], 2))))
+    for split in olds:
+        mine = [r for r in rows if r[0] == split]
+        worst = min(mine, key=lambda r: r[3] - r[2])
+        out.append(DomainDelta(split, metric_of(split, metric), olds[split], news[split], len(mine),
+                               (worst[1], round(worst[3] - worst[2], 2))))
     return out
 
 

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.compare_evals import split_means
 from bench.modern_eval import DIRECTIONS, SPLITS, evaluate, load_sets, package_systems
 from cli import EXIT_OK, EXIT_UNFINISHED, EXIT_USAGE, UsageError, fail
 
@@ -132,14 +133,6 @@ def scores(variant: Variant, package: Path, args: argparse.Namespace) -> dict:
                      **{k: r["scores"][system.name][k] for k in ("bleu", "chrf", "unk")}} for r in report["sets"]]}
     path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return out
-
-
-def split_means(sets: Sequence[dict]) -> dict[str, float]:
-    """chrF per split, the mean over its directions."""
-    by: dict[str, list[float]] = {}
-    for s in sets:
-        by.setdefault(s["split"], []).append(s["chrf"])
-    return {split: round(sum(v) / len(v), 2) for split, v in by.items()}
 
 
 def speed_texts(splits: Sequence[str], directions: Sequence[str], lines: int) -> dict[str, list[str]]:
@@ -275,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                    args.rounds)
     rows = []
     for name, r in results.items():
-        means = split_means(r["sets"])
+        # chrF per split, the mean over its directions
+        means = {k: round(v, 2) for k, v in split_means((s["split"], s["chrf"]) for s in r["sets"]).items()}
         rows.append({**r, "splits": means, "chrf": round(sum(means.values()) / len(means), 2),
                      "sentences_per_s": rates[name]})
     report = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
