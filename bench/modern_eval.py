@@ -18,6 +18,7 @@ Test sets, en<->de/fr/es (``--splits``, comma-separated):
 - ``manpages``: translated manual pages, whole pages held out (``corpus.manpages``);
 - ``kde-docs``: KDE's application handbooks, desktop help prose, whole handbooks held out
   (``corpus.kdedocs``; no French test handbook);
+- ``gimp-help``: the GIMP's manual, whole pages held out (``corpus.gimphelp``);
 - ``examples``, ``phrases``: the example sentences and the phrases of Ding's German-English
   dictionary, whole entries held out (``corpus.dictionary``; en-de and de-en only);
 - ``everyday``: short everyday phrases (greetings, e-mail, requests, dates, prices, units,
@@ -76,10 +77,10 @@ from corpus.bible import Pair
 
 PROG = "python -m bench.modern_eval"
 DIRECTIONS = ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")
-SPLITS = ("modern", "bible", "descriptions", "catalogs", "debconf", "manuals", "manpages", "kde-docs", "examples",
-          "phrases", "everyday", "everyday-unseen")
+SPLITS = ("modern", "bible", "descriptions", "catalogs", "debconf", "manuals", "manpages", "kde-docs", "gimp-help",
+          "examples", "phrases", "everyday", "everyday-unseen")
 DEBIAN_SPLITS = {name: f"debian-{name}" for name in ("descriptions", "catalogs", "debconf", "manuals", "manpages",
-                                                      "kde-docs", "examples", "phrases")}
+                                                      "kde-docs", "gimp-help", "examples", "phrases")}
 EVERYDAY = Path(__file__).parent / "data" / "everyday.tsv"
 MODERN_SOURCE = "libreoffice-help"
 APERTIUM_MODES = {"en-es": "eng-spa", "es-en": "spa-eng"}
@@ -362,8 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--splits", default="modern", help="test sets, comma-separated: modern (LibreOffice help), "
                    "bible (John), descriptions (Debian's package descriptions), catalogs (programs' and games' "
                    "messages), debconf (installation questions), manuals (Debian's manuals), manpages (manual "
-                   "pages), kde-docs (KDE's handbooks), examples and phrases (Ding's dictionary, en-de and de-en), "
-                   "everyday (short everyday phrases), everyday-unseen (those of them in no training split)")
+                   "pages), kde-docs (KDE's handbooks), gimp-help (the GIMP's manual), examples and phrases (Ding's "
+                   "dictionary, en-de and de-en), everyday (short everyday phrases), everyday-unseen (those of them "
+                   "in no training split)")
     p.add_argument("--part", choices=("test", "dev"), default="test",
                    help="the splits' part: test, or dev to choose between models (the phrase list has one part)")
     p.add_argument("--limit", type=int, default=0, help="first N lines per direction and split (0: all)")

@@ -3,9 +3,10 @@ descriptions (``debian-descriptions``, corpus/ddtp.py), the message catalogs pro
 ship (``debian-catalogs``, corpus/catalogs.py), the debconf templates packages ask their
 questions with (``debian-debconf``, corpus/debconf.py), the translated manuals
 (``debian-manuals``, corpus/manuals.py) and manual pages (``debian-manpages``,
-corpus/manpages.py), KDE's application handbooks (``debian-kde-docs``, corpus/kdedocs.py), and the
-example sentences and phrases of Ding's German-English dictionary
-(``debian-examples``, ``debian-phrases``, corpus/dictionary.py), cleaned (corpus/clean.py) and
+corpus/manpages.py), KDE's application handbooks (``debian-kde-docs``, corpus/kdedocs.py), the
+GIMP's manual (``debian-gimp-help``, corpus/gimphelp.py), and the example sentences and phrases of
+Ding's German-English dictionary (``debian-examples``, ``debian-phrases``, corpus/dictionary.py),
+cleaned (corpus/clean.py) and
 split by package (the manuals and manual pages by page, the handbooks by application, the dictionary
 by entry) so nothing leaks.
 
@@ -25,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from cli import UsageError
-from corpus import catalogs, ddtp, debconf, debian, dictionary, kdedocs, manpages, manuals
+from corpus import catalogs, ddtp, debconf, debian, dictionary, gimphelp, kdedocs, manpages, manuals
 from corpus.bible import Pair
 from corpus.clean import dedup, drop_reason, near_key
 from corpus.tsv import directed_pairs, write_rows
@@ -33,7 +34,7 @@ from corpus.tsv import read_rows as read_tsv
 
 LANGUAGES = ("de", "fr", "es")
 SOURCES = ("debian-descriptions", "debian-catalogs", "debian-debconf", "debian-manuals", "debian-manpages",
-           "debian-examples", "debian-phrases", "debian-kde-docs")
+           "debian-examples", "debian-phrases", "debian-kde-docs", "debian-gimp-help")
 SPLITS = ("train", "dev", "test")
 CACHE_VERSION = 3  # bump when the extraction or clean-up changes: cached pairs are rebuilt
 Reader = Callable[[str, Path | None], Iterator[tuple[str, str, str, str]]]
@@ -46,6 +47,7 @@ READERS: dict[str, Reader] = {
     "debian-examples": lambda lang, cache: dictionary.rows("examples", lang, cache),
     "debian-phrases": lambda lang, cache: dictionary.rows("phrases", lang, cache),
     "debian-kde-docs": kdedocs.rows,
+    "debian-gimp-help": gimphelp.rows,
 }
 # {package: (version, licence)} of the packages a source reads (the descriptions' are apt's indices)
 PROVENANCE: dict[str, Callable[[Path | None], dict[str, tuple[str, str]]]] = {
@@ -56,6 +58,7 @@ PROVENANCE: dict[str, Callable[[Path | None], dict[str, tuple[str, str]]]] = {
     "debian-examples": dictionary.packages,
     "debian-phrases": dictionary.packages,
     "debian-kde-docs": kdedocs.packages,
+    "debian-gimp-help": gimphelp.packages,
 }
 
 

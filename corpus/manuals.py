@@ -134,9 +134,9 @@ def unpacked(manual: Manual, lang: str, cache: Path | None = None) -> tuple[Path
     return root, debian.package_version(debian.fetch_deb(package, cache))
 
 
-def packages(cache: Path | None = None) -> dict[str, tuple[str, str]]:
-    """{package: (version, licence)} of every manual's packages."""
-    manual_of = {manual.packages[lang]: manual for manual in MANUALS for lang in ("en", *LANGUAGES)}
+def packages(cache: Path | None = None, books: tuple[Manual, ...] | None = None) -> dict[str, tuple[str, str]]:
+    """{package: (version, licence)} of every manual's packages (of ``books``: Debian's two by default)."""
+    manual_of = {manual.packages[lang]: manual for manual in books or MANUALS for lang in ("en", *LANGUAGES)}
     out = {}
     for package, deb in debian.fetch_debs(manual_of, cache).items():
         root = debian.extracted(package, _selector(manual_of[package]), LABEL, cache)
@@ -144,9 +144,11 @@ def packages(cache: Path | None = None) -> dict[str, tuple[str, str]]:
     return out
 
 
-def rows(lang: str, cache: Path | None = None) -> Iterator[tuple[str, str, str, str]]:
-    """(split, key, English, translation) of every manual's pages, split by page."""
-    for manual in MANUALS:
+def rows(lang: str, cache: Path | None = None,
+         books: tuple[Manual, ...] | None = None) -> Iterator[tuple[str, str, str, str]]:
+    """(split, key, English, translation) of every manual's pages (of ``books``: Debian's two by
+    default), split by page."""
+    for manual in books or MANUALS:
         en_root, _ = unpacked(manual, "en", cache)
         xx_root, version = unpacked(manual, lang, cache)
         en_pages = pages(en_root, manual, "en")

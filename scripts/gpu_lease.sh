@@ -49,7 +49,7 @@ shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$L/bible.d
     ;;
   two)
     cp .lease/b/* "$L/"
-    SOURCES=${SOURCES:-'{"bible":0.3,"bible/de-en":0.6,"bible/fr-en":0.6,"libreoffice-help":0.5,"libreoffice-ui":0.3,"debian-descriptions":1.0,"debian-catalogs":1.0,"debian-debconf":1.0,"debian-manuals":1.0,"debian-manpages":0.5,"debian-examples":3.0,"debian-phrases":0.1,"debian-kde-docs":1.0}'}
+    SOURCES=${SOURCES:-'{"bible":0.3,"bible/de-en":0.6,"bible/fr-en":0.6,"libreoffice-help":0.5,"libreoffice-ui":0.3,"debian-descriptions":1.0,"debian-catalogs":1.0,"debian-debconf":1.0,"debian-manuals":1.0,"debian-manpages":0.5,"debian-examples":3.0,"debian-phrases":0.1,"debian-kde-docs":1.0,"debian-gimp-help":1.0}'}
     RUN=$RUN INIT=$INIT CORPUS=$L/corpus.tar.xz MINUTES=60 BATCH_TOKENS=${BATCH_TOKENS:-32768} WARMUP=200 \
       SAVE_EVERY=100 PYTHON=python3 \
       EXTRA="--set data.corpus=mixed --set data.sources=$SOURCES --set train.lr_scale=${LR_SCALE:-0.15} --set train.log_every=25" \
