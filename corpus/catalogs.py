@@ -128,11 +128,7 @@ def split_of(package: str) -> str:
 def packages(names: tuple[str, ...] = PACKAGES, cache: Path | None = None) -> dict[str, tuple[str, str]]:
     """{package: (version, licence)} of every package read (licence "" where its copyright file
     is not machine-readable)."""
-    out = {}
-    for package, deb in debian.fetch_debs(names, cache).items():
-        root = debian.extracted(package, wanted, LABEL, cache)
-        out[package] = (debian.package_version(deb), debian.package_license(root, package))
-    return out
+    return debian.provenance(names, wanted, LABEL, cache)
 
 
 def rows(lang: str, names: tuple[str, ...] = PACKAGES,

@@ -198,6 +198,17 @@ def license_of(copyright_text: str) -> str:
     return first
 
 
+def provenance(names: Iterable[str], select: Callable[[str], bool], label: str,
+               cache: Path | None = None) -> dict[str, tuple[str, str]]:
+    """{package: (version, licence)} of every package of ``names`` apt can fetch, its licence read from
+    the copyright file among the files ``select`` extracts under ``label`` ("" where it is not
+    machine-readable)."""
+    out = {}
+    for package, deb in fetch_debs(names, cache).items():
+        out[package] = (package_version(deb), package_license(extracted(package, select, label, cache), package))
+    return out
+
+
 def package_license(root: Path, name: str) -> str:
     """The licence of an unpacked package, from ``usr/share/doc/{name}/copyright``; "" if unknown."""
     path = root / "usr/share/doc" / name / "copyright"

@@ -109,11 +109,7 @@ def _read(path: Path) -> str:
 
 def packages(cache: Path | None = None) -> dict[str, tuple[str, str]]:
     """{package: (version, licence)} of the packages that hold handbooks."""
-    out = {}
-    for package, deb in debian.fetch_debs(PACKAGES, cache).items():
-        root = debian.extracted(package, _selector, LABEL, cache)
-        out[package] = (debian.package_version(deb), debian.package_license(root, package))
-    return out
+    return debian.provenance(PACKAGES, _selector, LABEL, cache)
 
 
 def rows(lang: str, cache: Path | None = None) -> Iterator[tuple[str, str, str, str]]:

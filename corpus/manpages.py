@@ -158,11 +158,7 @@ def translation_packages(lang: str) -> tuple[str, str]:
 def packages(cache: Path | None = None) -> dict[str, tuple[str, str]]:
     """{package: (version, licence)} of the translations' and the originals' packages."""
     names = [*ENGLISH, *OWN, *(p for lang in LANGUAGES for p in translation_packages(lang))]
-    out = {}
-    for package, deb in debian.fetch_debs(names, cache).items():
-        root = debian.extracted(package, _wanted, LABEL, cache)
-        out[package] = (debian.package_version(deb), debian.package_license(root, package))
-    return out
+    return debian.provenance(names, _wanted, LABEL, cache)
 
 
 def rows(lang: str, cache: Path | None = None) -> Iterator[tuple[str, str, str, str]]:
