@@ -83,10 +83,15 @@ def sections(html: str) -> dict[str, str]:
     return out
 
 
-def handbook_pairs(en_html: str, xx_html: str, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, str, str]]:
+def handbook_pairs(en_html: str, xx_html: str,
+                   skip: frozenset[str] | None = None) -> Iterator[tuple[str, str, str]]:
     """(anchor, English, translation) of the sections both handbooks hold with the same block
-    structure, sentence by sentence where a block's sentences match one to one."""
+    structure, sentence by sentence where a block's sentences match one to one; the sections in
+    ``skip`` are left out, by default the title page (the first section: the book's own anchor,
+    its authors and the translators' credits, not prose)."""
     en_sections, xx_sections = sections(en_html), sections(xx_html)
+    if skip is None:
+        skip = frozenset(list(en_sections)[:1])
     for anchor, en in en_sections.items():
         if anchor in skip or anchor not in xx_sections:
             continue
@@ -124,9 +129,5 @@ def rows(lang: str, cache: Path | None = None) -> Iterator[tuple[str, str, str, 
             if app not in english:
                 continue
             split = clean.split_of(f"kde-docs:{app}", DEV_BUCKETS, TEST_BUCKETS)
-            en_html = _read(english[app])
-            # The title page (its anchor is the book's own, the first section's) holds the authors and
-            # the translators' credits, not prose.
-            first = next(iter(sections(en_html)), "")
-            for anchor, en, xx in handbook_pairs(en_html, _read(path), skip=frozenset({first})):
+            for anchor, en, xx in handbook_pairs(_read(english[app]), _read(path)):
                 yield split, f"{package}@{version}:{app}#{anchor}", en, xx
