@@ -10,7 +10,7 @@ THREADS=${THREADS:-2}
 ADDR="127.0.0.1:$PORT"
 [ -f packages/default/model.json ] || .venv/bin/nmt-export models/default packages/default --int8 --force
 .venv/bin/nmt-serve --model default=packages/default --host 127.0.0.1 --port "$PORT" --threads "$THREADS" \
-  --metrics-port -1 --log-level WARNING &
+  --metrics-port -1 --log-level WARNING --cache off &  # the load test measures decoding, not cache hits
 server=$!
 trap 'kill -TERM $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
 .venv/bin/python scripts/wait_serving.py --address "$ADDR"
