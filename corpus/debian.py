@@ -203,10 +203,8 @@ def provenance(names: Iterable[str], select: Callable[[str], bool], label: str,
     """{package: (version, licence)} of every package of ``names`` apt can fetch, its licence read from
     the copyright file among the files ``select`` extracts under ``label`` ("" where it is not
     machine-readable)."""
-    out = {}
-    for package, deb in fetch_debs(names, cache).items():
-        out[package] = (package_version(deb), package_license(extracted(package, select, label, cache), package))
-    return out
+    return {package: (package_version(deb), package_license(extracted(package, select, label, cache), package))
+            for package, deb in fetch_debs(names, cache).items()}
 
 
 def package_license(root: Path, name: str) -> str:

@@ -27,9 +27,9 @@ MAX_QUEUE = 1024
 INTERACTIVE_ROWS = 16
 METRICS_PORT = 9090
 # The graph variant served on the CPU, defined here once: the int8 graphs, which the README's
-# scores and the quality gate (tests/test_default_model.py) measure (on John within 0.38 BLEU of
-# fp32 with 7-bit weights, 0.17 with 8-bit ones, on the shipped model). On CUDA the fp16 graphs
-# are served when the package has them, whatever this says.
+# scores and the quality gate (tests/test_default_model.py) measure; the model card quotes their
+# distance from fp32 for the shipped model. On CUDA the fp16 graphs are served when the package
+# has them, whatever this says.
 INT8 = True
 # The sentence cache (server/cache.py): its bound in bytes, and when it is used: auto = for models
 # decoded batch-invariantly (on the CPU), where a cached answer equals a fresh one exactly.
