@@ -1,7 +1,7 @@
 """Spans a translation must copy verbatim, protected by placeholders around decoding.
 
-URLs, e-mail addresses, file paths, code in backticks, format placeholders (``$(ARG1)``,
-``%1``, ``{0}``) and numbers are replaced by placeholder symbols (``<ph1>``, ``<ph2>`` ...,
+URLs, e-mail addresses, file paths, file names (``report.pdf``), code in backticks, format
+placeholders (``$(ARG1)``, ``%1``, ``{0}``) and numbers are replaced by placeholder symbols (``<ph1>``, ``<ph2>`` ...,
 numbered in source order) before tokenization; the model copies a placeholder as one token,
 and ``restore`` puts the original text back. The symbols are user-defined pieces of the
 tokenizer, so they are never split; a tokenizer without them (older packages) is served
@@ -44,6 +44,10 @@ PATTERN = re.compile(
     r"|(?P<path>(?<![\w/])(?:~|[A-Za-z]:)?[/\\][\w.-]+(?:[/\\][\w.-]+)+[/\\]?)"
     r"|(?P<format>\$\(\w+\)|%\d+\$?[sd]?|%[sd]\b|\{\w*\})"
     r"|(?P<symbol><ph\d+>)"  # the symbols themselves, when a user's text contains them literally
+    # A name with an extension of 2-5 lower-case letters and digits, starting with a letter:
+    # report.pdf, setup.tar.gz, Node.js, a bare example.org. Abbreviations (e.g., i.e., a.m., Dr.X)
+    # have a one-letter or capital tail; versions (3.5, python3.11) a tail without a letter.
+    r"|(?P<file>(?<![\w.@/\\-])[\w-]+(?:\.[\w-]+)*\.[a-z][a-z0-9]{1,4}(?![\w-]))"
     r"|(?P<number>(?<![\w.,])\d+(?:[.,:]\d+)*(?![\w]))"
 )
 

@@ -52,6 +52,11 @@ def kinds(text: str) -> list[tuple[str, str]]:
     ("Version 3.5 costs 1,000 or 25 MB at 10:30, not v2 or a3b.",
      [("number", "3.5"), ("number", "1,000"), ("number", "25"), ("number", "10:30")]),
     ("A literal <ph3> here.", [("symbol", "<ph3>")]),
+    ("Open report.pdf, setup.tar.gz or README.md; Node.js runs at example.org.",
+     [("file", "report.pdf"), ("file", "setup.tar.gz"), ("file", "README.md"), ("file", "Node.js"),
+      ("file", "example.org")]),
+    # abbreviations end in one letter or a capital, versions in digits: none is a file name
+    ("See e.g. the docs, i.e. this, at 10 a.m. with Dr.X, python3.11, v2.0 and z.B. usw.", [("number", "10")]),
     ("In the beginning was the Word.", []),
 ])
 def test_find_spans_kinds_and_a_sentences_punctuation_stays_out(text, expected):
