@@ -14,6 +14,8 @@ import platform
 from collections.abc import Iterable
 from pathlib import Path
 
+from engine.defaults import INT8_GRAPHS
+
 # Instruction sets whose int8 dot products accumulate in 32 bits (no int16 saturation).
 EXACT_INT8 = ("avx512_vnni", "avx_vnni", "amx_int8")
 CPUINFO = Path("/proc/cpuinfo")
@@ -35,12 +37,29 @@ def cpu_info(cpuinfo: Path = CPUINFO) -> tuple[str, frozenset[str]]:
     return name, flags
 
 
-def int8_variant(variants: Iterable[str], flags: Iterable[str] | None = None) -> str | None:
+def exact_int8(flags: Iterable[str] | None = None) -> bool:
+    """Whether a CPU with ``flags`` (this one's by default) adds int8 products into 32 bits."""
+    return bool(set(cpu_info()[1] if flags is None else flags) & set(EXACT_INT8))
+
+
+def int8_variant(variants: Iterable[str], flags: Iterable[str] | None = None, choice: str = "auto") -> str | None:
     """The int8 graph variant to run on a CPU with ``flags`` (this one's by default), of the
-    package's ``variants``: ``int8w8`` where int8 products cannot saturate and the package has
-    it, else ``int8``; None when the package has neither."""
+    package's ``variants``. ``choice`` auto: ``int8w8`` where int8 products cannot saturate and the
+    package has it, else ``int8``; None when the package has neither. ``int8`` or ``int8w8``: that
+    one, or ValueError saying why it cannot be served (the package lacks it; 8-bit weights on a
+    CPU whose products saturate)."""
     have = set(variants)
-    exact = bool(set(cpu_info()[1] if flags is None else flags) & set(EXACT_INT8))
-    if exact and "int8w8" in have:
-        return "int8w8"
-    return "int8" if "int8" in have else None
+    exact = exact_int8(flags)
+    if choice == "auto":
+        if exact and "int8w8" in have:
+            return "int8w8"
+        return "int8" if "int8" in have else None
+    if choice not in INT8_GRAPHS:
+        raise ValueError(f"int8 graphs {choice!r}: choose one of {', '.join(INT8_GRAPHS)}")
+    if choice not in have:
+        raise ValueError(f"the package has no {choice} graphs (it has {', '.join(sorted(have))}); export it "
+                         f"again with nmt-export --int8, or choose auto")
+    if choice == "int8w8" and not exact:
+        raise ValueError("int8w8 graphs on a CPU without VNNI or AMX: its int8 products saturate with 8-bit "
+                         "weights and the translations would be wrong; choose int8 or auto")
+    return choice

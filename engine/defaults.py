@@ -46,6 +46,9 @@ def length_penalty(length: int, alpha: float) -> float:
 DEVICES = ("auto", "cuda", "cpu")
 # Device-resident decoding (engine/decoding.py, ResidentBatch): auto = on CUDA only.
 RESIDENT_MODES = ("auto", "on", "off")
+# Which int8 graphs the CPU serves (engine/cpu.py): auto (by the CPU), or one width forced. ``int8``
+# gives the same answers on every x86 CPU, so a fleet of mixed CPUs answers a text alike.
+INT8_GRAPHS = ("auto", "int8", "int8w8")
 # When onnxruntime's intra-op threads spin waiting for work: "always" (onnxruntime's own
 # default: between runs too), "run" (between the operators of a run, stopping when it returns:
 # session.force_spinning_stop) or "never". Offline decoding (one process decoding batches:

@@ -50,6 +50,7 @@ class RuntimeOptions:
     threads: int = 0  # CPU intra-op threads; 0 = onnxruntime's default
     int8: bool = False  # on the CPU, use the int8 graphs when the package has them (int8w8 where exact)
     variant: str = ""  # force one graph variant (fp32, int8, int8w8, fp16) instead of choosing by device
+    int8_graphs: str = "auto"  # with int8 on the CPU: auto (by the CPU), int8 or int8w8 (engine/cpu.py)
     spin: str = SPIN  # when intra-op threads spin for work: always | run | never (engine/defaults.py)
     resident: str = "auto"  # auto (on CUDA when the package has the graphs) | on | off: engine/decoding.ResidentBatch
     # Score only the batch's vocabulary shortlist (engine/shortlist.py) when the package has one
@@ -104,7 +105,8 @@ class Runtime:
                 (log.info if cpu_build else log.warning)("CUDA not used, serving on the CPU: %s", why)
         if self.device == "cpu":
             # --int8: the weight width this CPU runs exactly (engine/cpu.py)
-            variant = options.variant or (options.int8 and int8_variant(package.variants)) or "fp32"
+            variant = (options.variant or (options.int8 and int8_variant(package.variants, choice=options.int8_graphs))
+                       or "fp32")
             self._open(package, variant, [CPU], options)
         self.float_type = np.float16 if self.variant == "fp16" else np.float32
         d = package.dims

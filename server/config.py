@@ -15,7 +15,7 @@ from cli import EXIT_FAILED, EXIT_USAGE, GRPC_PORT, LOCALHOST, MAX_CONNECTIONS, 
 from cli.settings import LOG_LEVELS, ConfigError, Settings, flag, one_of, setting
 from cli.settings import add_flags as _add_flags
 from cli.settings import values as _values
-from engine.defaults import DEVICES, RESIDENT_MODES
+from engine.defaults import DEVICES, INT8_GRAPHS, RESIDENT_MODES
 
 SENTENCES_PER_TEXT = 16  # the automatic sentence limit per text (see max_sentences)
 # The scheduler's limits (server/scheduler.py, SchedulerLimits), the defaults of their flags.
@@ -63,6 +63,10 @@ class ServerConfig(Settings):
                                "8-bit weights exactly, else int8); --no-int8 serves the fp32 graphs. Every way of "
                                "serving (README's commands, scripts/run.sh, docker-compose, Kubernetes) uses this "
                                "default, so the same text gets the same translation")
+    int8_graphs: str = setting("auto", "CPU, with --int8: which int8 graphs. auto: int8w8 (8-bit weights) where this "
+                                       "CPU runs them exactly (VNNI or AMX), else int8 (7-bit); int8: the 7-bit "
+                                       "ones on every CPU, so a fleet of mixed CPUs gives a text the same "
+                                       "translation; int8w8: refused on a CPU without VNNI or AMX")
     shortlist: bool = setting(True, "CPU: score only the vocabulary shortlist of each batch when the package has "
                                     "one (python -m export.shortlist_graph adds it); --no-shortlist scores every "
                                     "piece")
@@ -163,6 +167,9 @@ class ServerConfig(Settings):
         out += one_of("device", self.device, DEVICES)
         out += one_of("device_resident", self.device_resident, RESIDENT_MODES)
         out += one_of("cache", self.cache, CACHE_MODES)
+        out += one_of("int8_graphs", self.int8_graphs, INT8_GRAPHS)
+        if not self.int8 and self.int8_graphs != "auto":
+            out.append(f"{flag('int8_graphs')} {self.int8_graphs} chooses int8 graphs, but {flag('int8')} is off")
         if self.cache_bytes < 0:
             out.append(f"{flag('cache_bytes')} is {self.cache_bytes}; give a size in bytes, or 0 to turn the cache off")
         out += one_of("log_level", self.log_level, LOG_LEVELS, any_case=True)

@@ -96,7 +96,8 @@ def load_models(cfg: ServerConfig, metrics: Metrics) -> dict[str, LoadedModel]:
         package = ModelPackage.load(directory)
         try:
             runtime = Runtime(package, RuntimeOptions(cfg.device, cfg.threads, cfg.int8, spin=spin,
-                                                      resident=cfg.device_resident, shortlist=cfg.shortlist))
+                                                      resident=cfg.device_resident, shortlist=cfg.shortlist,
+                                                      int8_graphs=cfg.int8_graphs))
             tokenizer = package.load_tokenizer()
         except DeviceError as e:  # the GPU was asked for and cannot be used: the reason is the message
             raise StartupError(f"model {name} ({package.path}) does not load: {e}") from None

@@ -1,36 +1,30 @@
 """Quality gate: the shipped model (models/default), exported with int8 graphs and served by
 a real gRPC server, still translates scripture and modern text.
 
-Two fixed sets go through the whole product path: checkpoint -> nmt-export (int8) -> server
-(sentence split, placeholders, scheduler, batching, greedy decoding) -> gRPC -> sacreBLEU:
-the first GATE_VERSES of John per direction, and 40 paragraphs per language of the
-LibreOffice help's test split (tests/data/libreoffice-gate.tsv, written by
-``python -m corpus.build --sample``; MPL-2.0 text), each used both ways, and the 253 everyday
-phrases of bench/data/everyday.tsv in all six directions. A regression in
-export, quantisation, decoding or the server drops a score below its floor, which sits 2
-points under what the served int8 package scored when it was set (models/default/README.md,
-"Quality gate"). Spans that must be copied (a URL, an e-mail address, a number with its
-unit, a ``$(ARG1)`` placeholder) come back exactly in every direction, and no output holds
-an unknown piece.
+Three fixed sets (bench/gate.py) go through the whole product path: checkpoint -> nmt-export
+(int8) -> server (sentence split, placeholders, scheduler, batching, greedy decoding) -> gRPC ->
+sacreBLEU: the first GATE_VERSES of John per direction, 40 paragraphs per language of the
+LibreOffice help's test split (MPL-2.0 text), each used both ways, and the 253 everyday phrases
+of bench/data/everyday.tsv in all six directions. A regression in export, quantisation,
+decoding or the server drops a score below its floor, which sits 2 points under the lower of
+what the served int8 package scored with its two weight widths when it was set
+(``python -m bench.gate`` prints both; models/default/README.md, "Quality gate"). Spans that
+must be copied (a URL, an e-mail address, a number with its unit, a ``$(ARG1)`` placeholder)
+come back exactly in every direction, and no output holds an unknown piece.
 """
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 import sacrebleu
 
+from bench.gate import EVERYDAY_PHRASES, GATE_VERSES, HELP_PARAGRAPHS, everyday_set, help_set, john_set, translate
 from cli import parse_direction
-from corpus.bible import bible_pairs
-from nmt.v1 import translator_pb2 as pb
 from tests.server_harness import ServerThread
-from training.config import RunConfig
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "default"
-MODERN_GATE = Path(__file__).resolve().parent / "data" / "libreoffice-gate.tsv"
-GATE_VERSES = 60
 # BLEU of the served int8 package on the gate set (greedy) when the default model was shipped, the
 # lower of its 8-bit-weight graphs (CPUs with VNNI or AMX) and its 7-bit ones (any x86 CPU): en-de
 # 26.04, de-en 37.67, en-fr 27.50, fr-en 36.74, en-es 25.88, es-en 34.52; minus 2, rounded down.
@@ -48,29 +42,15 @@ def default_server(tmp_path_factory):
     server.stop()
 
 
-def gate_set() -> dict[str, tuple[list[str], list[str]]]:
-    cfg = RunConfig.load(DEFAULT_MODEL / "config.json")
-    out: dict[str, tuple[list[str], list[str]]] = {}
-    for pair in bible_pairs(cfg.data.directions, "test", cfg.data.versions):
-        sources, refs = out.setdefault(pair.direction, ([], []))
-        if len(sources) < GATE_VERSES:
-            sources.append(pair.src)
-            refs.append(pair.tgt)
-    return out
-
-
 def test_gate_covers_every_shipped_direction():
-    assert sorted(gate_set()) == sorted(FLOORS)
-    assert all(len(s) == GATE_VERSES for s, _ in gate_set().values())
+    assert sorted(john_set()) == sorted(FLOORS)
+    assert all(len(s) == GATE_VERSES for s, _ in john_set().values())
 
 
 @pytest.mark.parametrize("direction", sorted(FLOORS))
 def test_served_int8_default_model_translates(default_server, direction):
-    sources, refs = gate_set()[direction]
-    src, tgt = parse_direction(direction)
-    reply = default_server.stub().Translate(
-        pb.TranslateRequest(texts=sources, source_lang=src, target_lang=tgt, model="default"), timeout=120)
-    hyps = [t.hypotheses[0].text for t in reply.translations]
+    sources, refs = john_set()[direction]
+    hyps = translate(default_server.stub(), sources, direction)
     assert len(hyps) == GATE_VERSES and all(hyps)
     bleu = sacrebleu.corpus_bleu(hyps, [refs]).score
     assert bleu >= FLOORS[direction], f"{direction}: BLEU {bleu:.2f} < floor {FLOORS[direction]}"
@@ -80,40 +60,21 @@ def test_served_int8_default_model_translates(default_server, direction):
 # two int8 graph widths (en-de 59.25, de-en 59.17, en-fr 69.23, fr-en 69.72, en-es 67.61, es-en
 # 69.11), minus 2, rounded down.
 MODERN_FLOORS = {"en-de": 57.2, "de-en": 57.1, "en-fr": 67.2, "fr-en": 67.7, "en-es": 65.6, "es-en": 67.1}
-EVERYDAY = Path(__file__).resolve().parent.parent / "bench" / "data" / "everyday.tsv"
 # chrF of the served int8 package on the 253 everyday phrases (greedy) when it was shipped, the lower of
 # its two int8 graph widths (en-de 40.14, de-en 42.29, en-fr 38.73, fr-en 40.90, en-es 37.52, es-en
 # 38.42), minus 2, rounded down.
 EVERYDAY_FLOORS = {"en-de": 38.1, "de-en": 40.2, "en-fr": 36.7, "fr-en": 38.9, "en-es": 35.5, "es-en": 36.4}
 
 
-def modern_gate_set() -> dict[str, tuple[list[str], list[str]]]:
-    out: dict[str, tuple[list[str], list[str]]] = {}
-    for line in MODERN_GATE.read_text(encoding="utf-8").splitlines():
-        lang, _, en, xx = line.split("\t")
-        for direction, src, tgt in ((f"en-{lang}", en, xx), (f"{lang}-en", xx, en)):
-            sources, refs = out.setdefault(direction, ([], []))
-            sources.append(src)
-            refs.append(tgt)
-    return out
-
-
-def translate(server, texts: list[str], direction: str) -> list[str]:
-    src, tgt = parse_direction(direction)
-    reply = server.stub().Translate(
-        pb.TranslateRequest(texts=texts, source_lang=src, target_lang=tgt, model="default"), timeout=300)
-    return [t.hypotheses[0].text for t in reply.translations]
-
-
 def test_modern_gate_covers_every_shipped_direction():
-    assert sorted(modern_gate_set()) == sorted(MODERN_FLOORS)
-    assert all(len(s) == 40 for s, _ in modern_gate_set().values())
+    assert sorted(help_set()) == sorted(MODERN_FLOORS)
+    assert all(len(s) == HELP_PARAGRAPHS for s, _ in help_set().values())
 
 
 @pytest.mark.parametrize("direction", sorted(MODERN_FLOORS))
 def test_served_int8_default_model_translates_modern_text(default_server, direction):
-    sources, refs = modern_gate_set()[direction]
-    hyps = translate(default_server, sources, direction)
+    sources, refs = help_set()[direction]
+    hyps = translate(default_server.stub(), sources, direction)
     assert len(hyps) == len(sources) and all(hyps)
     assert not [h for h in hyps if "\u2047" in h or "<unk>" in h]  # no unknown piece: byte fallback
     chrf = sacrebleu.corpus_chrf(hyps, [refs]).score
@@ -122,12 +83,9 @@ def test_served_int8_default_model_translates_modern_text(default_server, direct
 
 @pytest.mark.parametrize("direction", sorted(EVERYDAY_FLOORS))
 def test_served_int8_default_model_translates_everyday_phrases(default_server, direction):
-    src, tgt = parse_direction(direction)
-    with EVERYDAY.open(encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
-    sources, refs = [r[src] for r in rows], [r[tgt] for r in rows]
-    hyps = [h for i in range(0, len(sources), 64) for h in translate(default_server, sources[i:i + 64], direction)]
-    assert len(hyps) == len(sources) == 253 and all(hyps)
+    sources, refs = everyday_set([direction])[direction]
+    hyps = translate(default_server.stub(), sources, direction)
+    assert len(hyps) == len(sources) == EVERYDAY_PHRASES and all(hyps)
     chrf = sacrebleu.corpus_chrf(hyps, [refs]).score
     assert chrf >= EVERYDAY_FLOORS[direction], f"{direction}: chrF {chrf:.2f} < floor {EVERYDAY_FLOORS[direction]}"
 
@@ -148,6 +106,6 @@ COPIED_SPANS = ("https://www.libreoffice.org/download/", "help@example.org", "25
 
 @pytest.mark.parametrize("direction", sorted(MODERN_FLOORS))
 def test_urls_addresses_numbers_and_placeholders_come_through_exactly(default_server, direction):
-    [out] = translate(default_server, [COPY_SOURCES[parse_direction(direction)[0]]], direction)
+    [out] = translate(default_server.stub(), [COPY_SOURCES[parse_direction(direction)[0]]], direction)
     missing = [span for span in COPIED_SPANS if span not in out]
     assert not missing, f"{direction}: {missing} not in {out!r}"

@@ -1,0 +1,44 @@
+"""bench/gate.py: the quality gate's sets and its table (the served scores: tests/test_default_model.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.gate import EVERYDAY_PHRASES, GATE_VERSES, HELP_PARAGRAPHS, gate_sets, main, score, table
+
+
+def test_the_three_sets_cover_the_six_directions_with_fixed_sizes():
+    sets = gate_sets()
+    directions = ["de-en", "en-de", "en-es", "en-fr", "es-en", "fr-en"]
+    assert list(sets) == ["john", "help", "everyday"]
+    for name, size in (("john", GATE_VERSES), ("help", HELP_PARAGRAPHS), ("everyday", EVERYDAY_PHRASES)):
+        assert sorted(sets[name]) == directions
+        assert {len(s) for s, _ in sets[name].values()} == {size}
+        assert all(len(s) == len(r) and all(s) and all(r) for s, r in sets[name].values())
+    en, de = sets["help"]["en-de"]
+    assert sets["help"]["de-en"] == (de, en)  # each paragraph both ways
+
+
+def test_john_is_scored_by_bleu_and_the_rest_by_chrf():
+    assert score("john", ["In the beginning was the Word."], ["In the beginning was the Word."]) == pytest.approx(100)
+    assert score("help", ["abc"], ["abc"]) == 100.0
+    assert score("john", ["x y z w"], ["a b c d"]) == 0.0
+
+
+def test_the_table_has_a_row_per_set_and_width():
+    results = {"int8w8": {"john": {"en-de": 26.52, "de-en": 38.64}, "help": {"en-de": 59.25}},
+               "int8": {"john": {"en-de": 26.04, "de-en": 37.67}}}
+    assert table(results).splitlines() == [
+        "| set | graphs | de-en | en-de |",
+        "|---|---|---:|---:|",
+        "| john (BLEU) | int8w8 | 38.64 | 26.52 |",
+        "| john (BLEU) | int8 | 37.67 | 26.04 |",
+        "| help (chrF) | int8w8 |  | 59.25 |",
+    ]
+
+
+def test_an_unknown_width_is_refused_before_any_work(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--int8-graphs", "int8,int4"])
+    assert e.value.code == 2
+    assert "--int8-graphs int4: choose int8 or int8w8" in capsys.readouterr().err
