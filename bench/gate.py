@@ -23,7 +23,6 @@ A CPU without VNNI or AMX runs only ``int8``: nmt-serve refuses 8-bit weights th
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import tempfile
@@ -37,7 +36,6 @@ from cli import parse_direction
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "models" / "default"
 MODERN_GATE = ROOT / "tests" / "data" / "libreoffice-gate.tsv"
-EVERYDAY = ROOT / "bench" / "data" / "everyday.tsv"
 GATE_VERSES = 60
 HELP_PARAGRAPHS = 40  # per language, each used both ways
 EVERYDAY_PHRASES = 253
@@ -75,8 +73,10 @@ def help_set() -> Sets:
 
 
 def everyday_set(directions: Sequence[str]) -> Sets:
-    with EVERYDAY.open(encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
+    """The phrase list (bench.modern_eval reads it) in each of ``directions``."""
+    from bench.modern_eval import everyday_table
+
+    rows = list(everyday_table().values())
     out: Sets = {}
     for direction in directions:
         src, tgt = parse_direction(direction)
@@ -146,6 +146,7 @@ def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from engine.cpu import exact_int8
+    from engine.defaults import INT8_GRAPHS
 
     p = argparse.ArgumentParser(prog="python -m bench.gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write the scores here")
     args = p.parse_args(argv)
     widths = [w for w in args.int8_graphs.split(",") if w] or (["int8w8", "int8"] if exact_int8() else ["int8"])
-    if bad := [w for w in widths if w not in ("int8", "int8w8")]:
+    if bad := [w for w in widths if w not in INT8_GRAPHS[1:]]:  # a width, not auto
         p.error(f"--int8-graphs {','.join(bad)}: choose int8 or int8w8")
     sets = gate_sets(args.model)
 

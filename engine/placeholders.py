@@ -1,8 +1,8 @@
 """Spans a translation must copy verbatim, protected by placeholders around decoding.
 
 URLs, e-mail addresses, file paths, file names (``report.pdf``), code in backticks, format
-placeholders (``$(ARG1)``, ``%1``, ``{0}``) and numbers are replaced by placeholder symbols (``<ph1>``, ``<ph2>`` ...,
-numbered in source order) before tokenization; the model copies a placeholder as one token,
+placeholders (``$(ARG1)``, ``%1``, ``{0}``) and numbers are replaced by placeholder symbols
+(``<ph1>``, ``<ph2>`` ..., numbered in source order) before tokenization; the model copies a placeholder as one token,
 and ``restore`` puts the original text back. The symbols are user-defined pieces of the
 tokenizer, so they are never split; a tokenizer without them (older packages) is served
 without protection (``Protector.enabled`` is False).

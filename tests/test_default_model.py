@@ -18,9 +18,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import sacrebleu
 
-from bench.gate import EVERYDAY_PHRASES, GATE_VERSES, HELP_PARAGRAPHS, everyday_set, help_set, john_set, translate
+from bench.gate import (
+    EVERYDAY_PHRASES,
+    GATE_VERSES,
+    HELP_PARAGRAPHS,
+    everyday_set,
+    help_set,
+    john_set,
+    score,
+    translate,
+)
 from cli import parse_direction
 from tests.server_harness import ServerThread
 
@@ -52,7 +60,7 @@ def test_served_int8_default_model_translates(default_server, direction):
     sources, refs = john_set()[direction]
     hyps = translate(default_server.stub(), sources, direction)
     assert len(hyps) == GATE_VERSES and all(hyps)
-    bleu = sacrebleu.corpus_bleu(hyps, [refs]).score
+    bleu = score("john", hyps, refs)
     assert bleu >= FLOORS[direction], f"{direction}: BLEU {bleu:.2f} < floor {FLOORS[direction]}"
 
 
@@ -77,7 +85,7 @@ def test_served_int8_default_model_translates_modern_text(default_server, direct
     hyps = translate(default_server.stub(), sources, direction)
     assert len(hyps) == len(sources) and all(hyps)
     assert not [h for h in hyps if "\u2047" in h or "<unk>" in h]  # no unknown piece: byte fallback
-    chrf = sacrebleu.corpus_chrf(hyps, [refs]).score
+    chrf = score("help", hyps, refs)
     assert chrf >= MODERN_FLOORS[direction], f"{direction}: chrF {chrf:.2f} < floor {MODERN_FLOORS[direction]}"
 
 
@@ -86,7 +94,7 @@ def test_served_int8_default_model_translates_everyday_phrases(default_server, d
     sources, refs = everyday_set([direction])[direction]
     hyps = translate(default_server.stub(), sources, direction)
     assert len(hyps) == len(sources) == EVERYDAY_PHRASES and all(hyps)
-    chrf = sacrebleu.corpus_chrf(hyps, [refs]).score
+    chrf = score("everyday", hyps, refs)
     assert chrf >= EVERYDAY_FLOORS[direction], f"{direction}: chrF {chrf:.2f} < floor {EVERYDAY_FLOORS[direction]}"
 
 
