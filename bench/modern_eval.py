@@ -21,6 +21,8 @@ Test sets, en<->de/fr/es (``--splits``, comma-separated):
 - ``gimp-help``: the GIMP's manual, whole pages held out (``corpus.gimphelp``);
 - ``examples``, ``phrases``: the example sentences and the phrases of Ding's German-English
   dictionary, whole entries held out (``corpus.dictionary``; en-de and de-en only);
+- ``dialogue``, ``courtesy``: the everyday selections of those held-out splits (``corpus.selections``):
+  a held-out game's sentences, and short greetings, thanks, requests and closings;
 - ``everyday``: short everyday phrases (greetings, e-mail, requests, dates, prices, units,
   instructions) with references written for the purpose (``bench/data/everyday.tsv``);
 - ``everyday-unseen``: the phrases of ``everyday`` none of whose four texts is in a training
@@ -78,9 +80,10 @@ from corpus.bible import Pair
 PROG = "python -m bench.modern_eval"
 DIRECTIONS = ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")
 SPLITS = ("modern", "bible", "descriptions", "catalogs", "debconf", "manuals", "manpages", "kde-docs", "gimp-help",
-          "examples", "phrases", "everyday", "everyday-unseen")
+          "examples", "phrases", "dialogue", "courtesy", "everyday", "everyday-unseen")
 DEBIAN_SPLITS = {name: f"debian-{name}" for name in ("descriptions", "catalogs", "debconf", "manuals", "manpages",
                                                       "kde-docs", "gimp-help", "examples", "phrases")}
+SELECTION_SPLITS = {name: f"debian-{name}" for name in ("dialogue", "courtesy")}  # corpus/selections.py
 EVERYDAY = Path(__file__).parent / "data" / "everyday.tsv"
 MODERN_SOURCE = "libreoffice-help"
 APERTIUM_MODES = {"en-es": "eng-spa", "es-en": "spa-eng"}
@@ -194,7 +197,7 @@ def load_sets(splits: Sequence[str], directions: Sequence[str], limit: int = 0,
     """{(split, direction): pairs of ``part`` ("test", or "dev" to choose between models without
     looking at test scores)}, the first ``limit`` of each (0: all), in the given order. The phrase
     list has one part, the same for both."""
-    from corpus import debian_text, libreoffice
+    from corpus import debian_text, libreoffice, selections
     from corpus.bible import bible_pairs
 
     out: dict[tuple[str, str], list[Pair]] = {}
@@ -208,6 +211,8 @@ def load_sets(splits: Sequence[str], directions: Sequence[str], limit: int = 0,
         elif split == "everyday-unseen":
             seen, texts = trained_texts(), everyday_rows()
             found = [p for p in everyday_pairs(directions) if not texts[str(p.key)] & seen]
+        elif split in SELECTION_SPLITS:
+            found = selections.pairs(SELECTION_SPLITS[split], directions, part)
         else:
             found = debian_text.pairs(DEBIAN_SPLITS[split], directions, part)
         for direction in directions:
@@ -364,8 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "bible (John), descriptions (Debian's package descriptions), catalogs (programs' and games' "
                    "messages), debconf (installation questions), manuals (Debian's manuals), manpages (manual "
                    "pages), kde-docs (KDE's handbooks), gimp-help (the GIMP's manual), examples and phrases (Ding's "
-                   "dictionary, en-de and de-en), everyday (short everyday phrases), everyday-unseen (those of them "
-                   "in no training split)")
+                   "dictionary, en-de and de-en), dialogue (a held-out game's sentences), courtesy (held-out "
+                   "greetings, thanks, requests, closings), everyday (short everyday phrases), everyday-unseen "
+                   "(those of them in no training split)")
     p.add_argument("--part", choices=("test", "dev"), default="test",
                    help="the splits' part: test, or dev to choose between models (the phrase list has one part)")
     p.add_argument("--limit", type=int, default=0, help="first N lines per direction and split (0: all)")

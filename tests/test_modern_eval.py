@@ -158,13 +158,15 @@ def test_the_everyday_phrase_list_covers_every_direction():
 
 
 def test_every_debian_source_is_a_test_split():
-    """Each Debian source the corpus builds (corpus.debian_text.SOURCES) is scored by its own
-    split name, and every split name is a source: a new source is in the yardstick at once."""
-    from bench.modern_eval import DEBIAN_SPLITS, SPLITS
-    from corpus.debian_text import SOURCES
+    """Each Debian source the corpus builds (corpus.debian_text.SOURCES) and each selection of
+    them (corpus.selections.SOURCES) is scored by its own split name, and every such split name is
+    one: a new source is in the yardstick at once."""
+    from bench.modern_eval import DEBIAN_SPLITS, SELECTION_SPLITS, SPLITS
+    from corpus import debian_text, selections
 
-    assert sorted(DEBIAN_SPLITS.values()) == sorted(SOURCES)
-    assert set(DEBIAN_SPLITS) <= set(SPLITS)
+    assert sorted(DEBIAN_SPLITS.values()) == sorted(debian_text.SOURCES)
+    assert sorted(SELECTION_SPLITS.values()) == sorted(selections.SOURCES)
+    assert set(DEBIAN_SPLITS) | set(SELECTION_SPLITS) <= set(SPLITS)
 
 
 def test_everyday_unseen_leaves_out_phrases_a_training_split_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -1,0 +1,79 @@
+"""Everyday-text selections of the built corpora, so a training mixture can weigh them apart
+from the sources they come from. Nothing new is fetched: each selection filters the cached rows
+of one split (train, dev or test: held-out text stays held out), keeping their keys, so every
+pair still traces back to its package.
+
+- ``debian-dialogue``: the games' message catalogs (Wesnoth's campaigns, Freeciv, Widelands,
+  Warzone 2100, Minetest, ...; corpus/catalog_packages.py) where the English is a sentence of two
+  words or more: characters talking to each other and narration, the nearest thing Debian holds
+  to conversation. Inside ``debian-catalogs`` they are a few per cent of the pairs.
+- ``debian-courtesy``: short pairs (at most ``COURTESY_MAX_WORDS`` English words) from every
+  Debian source and LibreOffice's UI whose English greets, thanks, asks, apologises, welcomes or
+  signs off (``COURTESY``): "Good morning!", "Best regards", "Thank you for your help.". Each
+  occurs a handful of times in a million pairs; a model that sees them once a pass copies or
+  garbles them ("Hello!" -> "Hello!", "Best regards" -> "Bestache").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from cli import UsageError
+from corpus import catalog_packages, debian_text, libreoffice
+from corpus.bible import Pair
+from corpus.tsv import Row, directed_pairs
+
+SOURCES = ("debian-dialogue", "debian-courtesy")
+LANGUAGES = debian_text.LANGUAGES
+GAME_PACKAGES = frozenset((*catalog_packages.WESNOTH, *catalog_packages.GAMES))
+COURTESY_MAX_WORDS = 12
+COURTESY = re.compile(
+    r"\b(hello|hi|hey|thanks|thank you|please|sorry|excuse me|pardon|welcome|congratulations|cheers|"
+    r"good (morning|afternoon|evening|night|day|luck|bye)|goodbye|bye|see you|take care|"
+    r"(best|kind|warm) regards|regards|dear|sincerely|yours|how are you|nice to meet|happy birthday|"
+    r"have a (nice|good|great))\b", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?…][\"'”’»)]*$")
+# The sources a courtesy phrase is looked for in: every Debian one, and LibreOffice's UI strings
+# (its letter wizard holds the closings: "Best regards" / "Mit freundlichen Grüßen").
+COURTESY_FROM = (*debian_text.SOURCES, "libreoffice-ui")
+
+
+def is_dialogue(key: str, en: str) -> bool:
+    """A game catalog's sentence: the key's package is a game's, the English two words or more
+    that end like a sentence."""
+    return key.split("@", 1)[0] in GAME_PACKAGES and len(en.split()) >= 2 and bool(_SENTENCE_END.search(en))
+
+
+def is_courtesy(en: str) -> bool:
+    """Short English that greets, thanks, asks, apologises, welcomes or signs off."""
+    return len(en.split()) <= COURTESY_MAX_WORDS and bool(COURTESY.search(en))
+
+
+def _source_rows(source: str, split: str, lang: str, cache: Path | None) -> list[Row]:
+    if source in libreoffice.SOURCES:
+        return libreoffice.read_rows(source, split, lang, cache)
+    return debian_text.read_rows(source, split, lang, cache)
+
+
+def read_rows(selection: str, split: str, lang: str, cache: Path | None = None) -> list[Row]:
+    """(key, English, translation) rows of one selection, split and language."""
+    if selection == "debian-dialogue":
+        return [r for r in debian_text.read_rows("debian-catalogs", split, lang, cache) if is_dialogue(r[0], r[1])]
+    if selection == "debian-courtesy":
+        seen: set[tuple[str, str]] = set()
+        out = []
+        for source in COURTESY_FROM:
+            for key, en, xx in _source_rows(source, split, lang, cache):
+                if is_courtesy(en) and (en, xx) not in seen:
+                    seen.add((en, xx))
+                    out.append((key, en, xx))
+        return out
+    raise UsageError(f"corpus selection {selection!r} is not one of {', '.join(SOURCES)}")
+
+
+def pairs(selection: str, directions: Sequence[str], split: str, cache: Path | None = None) -> list[Pair]:
+    """Pairs of one selection and split for every direction (en-xx or xx-en) it covers."""
+    rows_of: Callable[[str], list[Row]] = lambda lang: read_rows(selection, split, lang, cache)  # noqa: E731
+    return directed_pairs(rows_of, directions, LANGUAGES)
