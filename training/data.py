@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cli import UsageError, check_input_file, parse_direction
-from corpus import bible, debian_text, libreoffice, selections
+from corpus import bible, debian_text, libreoffice, phrasebook, selections
 from corpus.bible import (  # noqa: F401 (re-exported: training, export and tests import them from here)
     BIBLE_VERSIONS,
     DEV_BOOK,
@@ -115,7 +115,8 @@ def file_pairs(cfg: DataConfig, split: str) -> list[Pair]:
     return pairs
 
 
-MIXED_SOURCES = ("bible", "files", *libreoffice.SOURCES, *debian_text.SOURCES, *selections.SOURCES)
+MIXED_SOURCES = ("bible", "files", *libreoffice.SOURCES, *debian_text.SOURCES, *selections.SOURCES,
+                 phrasebook.SOURCE)
 
 
 def source_pairs(cfg: DataConfig, source: str, split: str) -> list[Pair]:
@@ -130,6 +131,8 @@ def source_pairs(cfg: DataConfig, source: str, split: str) -> list[Pair]:
         return debian_text.pairs(source, cfg.directions, split)
     if source in selections.SOURCES:
         return selections.pairs(source, cfg.directions, split)
+    if source == phrasebook.SOURCE:
+        return phrasebook.pairs(cfg.directions, split)
     raise UsageError(f"corpus source {source!r} is not one of {', '.join(MIXED_SOURCES)}")
 
 
