@@ -257,12 +257,25 @@ def test_work_unfinished_when_the_grace_runs_out_ends_unavailable_not_cancelled(
     stub = server.stub()
     work = request(*["He said,", LONG] * 32, beam_size=8, max_output_tokens=200, no_sentence_split=True)
     unary = [stub.Translate.future(work, timeout=60) for _ in range(4)]
-    stream = stub.TranslateStream(iter([work]), timeout=60)
-    wait_until(lambda: server.running.service.active == 5)
-    server.call(server.running.drain(0.0))
-    for call in unary:
-        assert (call.exception(timeout=30).code(), call.exception().details()) == (grpc.StatusCode.UNAVAILABLE, STOPPED)
-    assert code_and_details(lambda: list(stream)) == (grpc.StatusCode.UNAVAILABLE, STOPPED)
+    # The stream's client keeps it open after its one request, so it is still running when the
+    # drain ends it even where a fast CPU has answered that request already (a stream that had
+    # ended by itself raced the drain and came back OK).
+    release = threading.Event()
+
+    def requests():
+        yield work
+        release.wait(60)
+
+    stream = stub.TranslateStream(requests(), timeout=60)
+    try:
+        wait_until(lambda: server.running.service.active == 5)
+        server.call(server.running.drain(0.0))
+        for call in unary:
+            assert (call.exception(timeout=30).code(), call.exception().details()) == (grpc.StatusCode.UNAVAILABLE,
+                                                                                       STOPPED)
+        assert code_and_details(lambda: list(stream)) == (grpc.StatusCode.UNAVAILABLE, STOPPED)
+    finally:
+        release.set()
     server.loop.call_soon_threadsafe(server.loop.stop)
 
 
