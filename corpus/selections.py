@@ -17,7 +17,7 @@ pair still traces back to its package.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from cli import UsageError
@@ -32,7 +32,7 @@ COURTESY_MAX_WORDS = 12
 COURTESY = re.compile(
     r"\b(hello|hi|hey|thanks|thank you|please|sorry|excuse me|pardon|welcome|congratulations|cheers|"
     r"good (morning|afternoon|evening|night|day|luck|bye)|goodbye|bye|see you|take care|"
-    r"(best|kind|warm) regards|regards|dear|sincerely|yours|how are you|nice to meet|happy birthday|"
+    r"regards|dear|sincerely|yours|how are you|nice to meet|happy birthday|"
     r"have a (nice|good|great))\b", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?…][\"'”’»)]*$")
 # The sources a courtesy phrase is looked for in: every Debian one, and LibreOffice's UI strings
@@ -75,5 +75,4 @@ def read_rows(selection: str, split: str, lang: str, cache: Path | None = None) 
 
 def pairs(selection: str, directions: Sequence[str], split: str, cache: Path | None = None) -> list[Pair]:
     """Pairs of one selection and split for every direction (en-xx or xx-en) it covers."""
-    rows_of: Callable[[str], list[Row]] = lambda lang: read_rows(selection, split, lang, cache)  # noqa: E731
-    return directed_pairs(rows_of, directions, LANGUAGES)
+    return directed_pairs(lambda lang: read_rows(selection, split, lang, cache), directions, LANGUAGES)
