@@ -22,7 +22,8 @@
 # SOURCES (the corpus mixture, JSON: share of each source per epoch; "bible/de-en" sets one
 # direction's share of a source) and LR_SCALE default to the first fine-tune's; the second one of
 # the model card set a larger Bible share. AVERAGE is how many checkpoints (one every 200 steps)
-# the shipped weights average (3 by default).
+# the shipped weights average (3 by default). EVAL_EVERY (steps, 1000 by default) is how often the
+# trainer scores its dev sentences; each costs minutes on a 2-core CPU and comes before that step's save.
 #
 #   RUN=runs/modern-cpu MINUTES=100 THREADS=2 CHUNK=0 SHIP=0 TOKENIZER= PYTHON=.venv/bin/python
 set -euo pipefail
@@ -53,7 +54,7 @@ set +e
   --set data.corpus=mixed \
   --set "data.sources=$SOURCES" \
   --set "train.lr_scale=$LR_SCALE" --set train.save_every=200 --set "train.keep_checkpoints=$AVERAGE" \
-  --set "train.average_last=$AVERAGE" --set train.eval_every=1000 --set train.eval_sentences=100 \
+  --set "train.average_last=$AVERAGE" --set "train.eval_every=${EVAL_EVERY:-1000}" --set train.eval_sentences=100 \
   --set train.log_every=25
 status=$?
 set -e

@@ -13,7 +13,7 @@ import torch
 
 from training import checkpoint as ckpt_io
 from training.config import MODEL_PRESETS, PAD_ID, DataConfig, RunConfig, TrainConfig, replace
-from training.train import EXIT_CHUNK_DONE, label_smoothed_loss, noam_lr, train
+from training.train import EXIT_CHUNK_DONE, Trainer, label_smoothed_loss, noam_lr, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,6 +86,21 @@ def test_checkpoints_are_self_describing_and_averaged(tmp_path, toy_corpus):
     assert cfg.model.vocab_size == model.embedding.num_embeddings
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert any("dev_bleu" in h for h in json.loads((out / "history.json").read_text()))
+
+
+def test_a_step_is_saved_before_its_dev_evaluation_and_again_with_its_scores(tmp_path, toy_corpus, monkeypatch):
+    out = tmp_path / "run"
+    train(tiny_run(toy_corpus, max_steps=3, eval_every=3), out)
+    saved = ckpt_io.load(ckpt_io.checkpoint_dir(out) / "step_00000003.pt")
+    assert [h["step"] for h in saved["history"] if "dev_bleu" in h] == [3]
+
+    def stopped(self, collapse_check=True):  # the process stopped during the evaluation
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "evaluate", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_run(toy_corpus, max_steps=3, eval_every=3), tmp_path / "stopped")
+    assert [p.name for p in ckpt_io.list_checkpoints(tmp_path / "stopped")] == ["step_00000003.pt"]
 
 
 def test_config_with_unknown_key_fails_loudly(tmp_path):

@@ -515,11 +515,17 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
         if state.step % tc.log_every == 0 or state.step == tc.max_steps:
             run.log(window, lr)
             window = Window()
-        if tc.eval_every and state.step % tc.eval_every == 0 and run.dev:
+        saving = bool(tc.save_every) and state.step % tc.save_every == 0
+        evaluating = bool(tc.eval_every) and state.step % tc.eval_every == 0 and bool(run.dev)
+        # Saved before the dev evaluation (minutes on a CPU), so a run stopped during it keeps
+        # this step, and again after it, so the checkpoint's history holds the dev scores.
+        if saving:
+            run.save()
+        if evaluating:
             run.evaluate()
             barrier(d)
-        if tc.save_every and state.step % tc.save_every == 0:
-            run.save()
+            if saving:
+                run.save()
     run.logger.close()
     # From the run's own state, never from the directory: with several ranks, rank 0 may still be
     # writing the last checkpoint when another looks, and a rank that enters save() (a
