@@ -23,7 +23,7 @@
 # direction's share of a source) and LR_SCALE default to the first fine-tune's; the second one of
 # the model card set a larger Bible share. AVERAGE is how many checkpoints (one every 200 steps)
 # the shipped weights average (3 by default). EVAL_EVERY (steps, 1000 by default) is how often the
-# trainer scores its dev sentences; each costs minutes on a 2-core CPU and comes before that step's save.
+# trainer scores its dev sentences (minutes on a 2-core CPU each; the step is saved before it).
 #
 #   RUN=runs/modern-cpu MINUTES=100 THREADS=2 CHUNK=0 SHIP=0 TOKENIZER= PYTHON=.venv/bin/python
 set -euo pipefail

@@ -515,13 +515,12 @@ def train(cfg: RunConfig, out: str | Path, restart: bool = False, chunk_minutes:
         if state.step % tc.log_every == 0 or state.step == tc.max_steps:
             run.log(window, lr)
             window = Window()
-        saving = bool(tc.save_every) and state.step % tc.save_every == 0
-        evaluating = bool(tc.eval_every) and state.step % tc.eval_every == 0 and bool(run.dev)
         # Saved before the dev evaluation (minutes on a CPU), so a run stopped during it keeps
         # this step, and again after it, so the checkpoint's history holds the dev scores.
+        saving = tc.save_every and state.step % tc.save_every == 0
         if saving:
             run.save()
-        if evaluating:
+        if tc.eval_every and state.step % tc.eval_every == 0 and run.dev:
             run.evaluate()
             barrier(d)
             if saving:
