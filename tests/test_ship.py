@@ -98,3 +98,41 @@ def test_interpolating_models_of_another_shape_is_refused(tiny_checkpoint, tmp_p
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match=r"--weight 1\.5: it must be between 0 and 1"):
         ship(tiny_checkpoint, tmp_path / "out", tiny_checkpoint, 1.5)
+
+
+def test_several_sources_ship_the_mean_of_their_weights_with_the_last_ones_config(tiny_checkpoint, tmp_path, capsys):
+    from training.ship import main
+
+    ckpt = load(tiny_checkpoint)
+    later = tmp_path / "later.pt"
+    shifted = {k: (v.float() + 2.0 if v.is_floating_point() else v) for k, v in ckpt["model"].items()}
+    torch.save({**ckpt, "model": shifted, "step": 9}, later)
+    assert main([str(tiny_checkpoint), str(later), str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out)["wrote"] == str(tmp_path / "out" / "model.pt")
+    averaged = load(tmp_path / "out" / "model.pt")
+    assert averaged["averaged"] == [tiny_checkpoint.name, "later.pt"]  # absolute paths: names only
+    assert (averaged["step"], averaged["source"]) == (9, "later.pt")
+    both = load(ship([tiny_checkpoint, later], tmp_path / "mixed", tiny_checkpoint, 0.5))
+    for k, v in ckpt["model"].items():
+        if v.is_floating_point():
+            mean = ((v.double() + shifted[k].double()) / 2).float()  # summed in float64, as checkpoint.average does
+            assert torch.equal(averaged["model"][k], mean.half()), k
+            assert torch.equal(both["model"][k], (0.5 * mean + 0.5 * v.float()).half()), k  # then interpolated
+
+
+def test_averaging_checkpoints_of_another_model_is_refused(tiny_checkpoint, tmp_path, capsys):
+    from training.ship import main
+
+    ckpt = load(tiny_checkpoint)
+    other = tmp_path / "other.pt"
+    torch.save({**ckpt, "tokenizer_model": b"another"}, other)
+    with pytest.raises(SystemExit) as caught:
+        main([str(tiny_checkpoint), str(other), str(tmp_path / "out")])
+    assert caught.value.code == 2
+    assert f"other.pt has another tokenizer than {tiny_checkpoint.name}: only checkpoints of one model can be " \
+           "averaged" in capsys.readouterr().err
+    k = next(k for k, v in ckpt["model"].items() if v.dim() == 2)
+    torch.save({**ckpt, "model": {**ckpt["model"], k: torch.zeros(3, 3)}}, other)
+    with pytest.raises(ValueError, match=rf"other\.pt and {tiny_checkpoint.name} differ in shape: {k} \(3, 3\)"):
+        ship([tiny_checkpoint, other], tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,13 @@
 
     python -m training.ship runs/multi6 models/default
     python -m training.ship runs/gpu-continue runs/stage10 --interpolate models/default --weight 0.7
+    python -m training.ship runs/a/checkpoints/step_00001773.pt runs/b/checkpoints/step_00000715.pt out
+
+Several sources ship the element-wise mean of their weights (checkpoint averaging, the paper's
+6.1): checkpoints of one lineage, such as the last ones of a run and of the leg that continued
+it, which a run's own ``average.pt`` (its last few checkpoints) cannot span. They must hold the
+same tensors of the same shapes and the same tokenizer; the config, step and side files are
+the last source's, and the shipped checkpoint records the sources' names.
 
 ``--interpolate OLD --weight W`` ships W x the source's weights + (1 - W) x OLD's, tensor by tensor
 (WiSE-FT, Wortsman et al. 2022): a fine-tune that gained on new text and lost some of the old
@@ -21,11 +28,12 @@ import argparse
 import json
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from training.checkpoint import SUMS_FILE, load, resolve, save_atomic, sha256_file
+from training.checkpoint import SUMS_FILE, average, load, resolve, save_atomic, sha256_file
 from training.config import RunConfig
 
 
@@ -54,12 +62,38 @@ def portable(path: str | Path) -> str:
     return Path(path).name if Path(path).is_absolute() else str(path)
 
 
-def ship(source: str | Path, out: str | Path, with_model: str | Path | None = None, weight: float = 1.0) -> Path:
-    src = resolve(source)
+def mean_of(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of several checkpoints' weights, refused with the first difference
+    when they do not hold the same tensors of the same shapes and the same tokenizer."""
+    first = load(paths[0])
+    for p in paths[1:]:
+        other = load(p)
+        if other["tokenizer_model"] != first["tokenizer_model"]:
+            raise ValueError(f"{p.name} has another tokenizer than {paths[0].name}: only checkpoints of one model "
+                             "can be averaged")
+        if other["model"].keys() != first["model"].keys():
+            raise ValueError(f"{p.name} and {paths[0].name} hold different tensors: "
+                             f"{sorted(other['model'].keys() ^ first['model'].keys())[:4]}")
+        for k, v in other["model"].items():
+            if v.shape != first["model"][k].shape:
+                raise ValueError(f"{p.name} and {paths[0].name} differ in shape: {k} {tuple(v.shape)} against "
+                                 f"{tuple(first['model'][k].shape)}")
+    return average(list(paths))
+
+
+def ship(source: str | Path | Sequence[str | Path], out: str | Path, with_model: str | Path | None = None,
+         weight: float = 1.0) -> Path:
+    sources = [resolve(x) for x in ([source] if isinstance(source, (str, Path)) else source)]
+    if not sources:
+        raise ValueError("nothing to ship")
+    src = sources[-1]
     ckpt = load(src)
     out = Path(out)
     weights = ckpt["model"]
     extra: dict = {}
+    if len(sources) > 1:
+        weights = mean_of(sources)
+        extra["averaged"] = [portable(p) for p in sources]
     if with_model is not None:
         other = resolve(with_model)
         weights = interpolate(weights, load(other)["model"], weight)
@@ -85,7 +119,7 @@ def ship(source: str | Path, out: str | Path, with_model: str | Path | None = No
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("source", help="a checkpoint, or a run directory (its average.pt)")
+    p.add_argument("source", nargs="+", help="a checkpoint, or a run directory (its average.pt); several: their mean")
     p.add_argument("out", help="directory to write")
     p.add_argument("--interpolate", metavar="OLD", help="a model to interpolate with (a checkpoint or directory)")
     p.add_argument("--weight", type=float, default=0.5, help="the source's share with --interpolate (default: 0.5)")
