@@ -142,12 +142,27 @@ def load_tokenizer(ckpt: dict[str, Any]) -> Tokenizer:
 
 
 def average(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the model weights of several checkpoints (paper, 6.1)."""
+    """Element-wise mean of the model weights of several checkpoints (paper, 6.1), each read once;
+    ValueError with the first difference when they are not checkpoints of one model (another
+    tokenizer, other tensors or shapes)."""
     if not paths:
         raise ValueError("nothing to average")
     total: dict[str, torch.Tensor] = {}
-    for p in paths:
-        state = load(p)["model"]
+    tokenizer = None
+    for i, p in enumerate(paths):
+        ckpt = load(p)
+        state = ckpt["model"]
+        if i == 0:
+            tokenizer = ckpt.get("tokenizer_model")
+        elif ckpt.get("tokenizer_model") != tokenizer:
+            raise ValueError(f"{p.name} has another tokenizer than {paths[0].name}: only checkpoints of one model "
+                             "can be averaged")
+        elif state.keys() != total.keys():
+            raise ValueError(f"{p.name} and {paths[0].name} hold different tensors: "
+                             f"{sorted(state.keys() ^ total.keys())[:4]}")
         for k, v in state.items():
+            if k in total and v.shape != total[k].shape:
+                raise ValueError(f"{p.name} and {paths[0].name} differ in shape: {k} {tuple(v.shape)} against "
+                                 f"{tuple(total[k].shape)}")
             total[k] = total.get(k, torch.zeros_like(v, dtype=torch.float64)) + v.double()
     return {k: (v / len(paths)).float() for k, v in total.items()}

@@ -62,25 +62,6 @@ def portable(path: str | Path) -> str:
     return Path(path).name if Path(path).is_absolute() else str(path)
 
 
-def mean_of(paths: Sequence[Path]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of several checkpoints' weights, refused with the first difference
-    when they do not hold the same tensors of the same shapes and the same tokenizer."""
-    first = load(paths[0])
-    for p in paths[1:]:
-        other = load(p)
-        if other["tokenizer_model"] != first["tokenizer_model"]:
-            raise ValueError(f"{p.name} has another tokenizer than {paths[0].name}: only checkpoints of one model "
-                             "can be averaged")
-        if other["model"].keys() != first["model"].keys():
-            raise ValueError(f"{p.name} and {paths[0].name} hold different tensors: "
-                             f"{sorted(other['model'].keys() ^ first['model'].keys())[:4]}")
-        for k, v in other["model"].items():
-            if v.shape != first["model"][k].shape:
-                raise ValueError(f"{p.name} and {paths[0].name} differ in shape: {k} {tuple(v.shape)} against "
-                                 f"{tuple(first['model'][k].shape)}")
-    return average(list(paths))
-
-
 def ship(source: str | Path | Sequence[str | Path], out: str | Path, with_model: str | Path | None = None,
          weight: float = 1.0) -> Path:
     sources = [resolve(x) for x in ([source] if isinstance(source, (str, Path)) else source)]
@@ -92,7 +73,7 @@ def ship(source: str | Path | Sequence[str | Path], out: str | Path, with_model:
     weights = ckpt["model"]
     extra: dict = {}
     if len(sources) > 1:
-        weights = mean_of(sources)
+        weights = average(sources)
         extra["averaged"] = [portable(p) for p in sources]
     if with_model is not None:
         other = resolve(with_model)
