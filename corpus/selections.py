@@ -12,6 +12,12 @@ pair still traces back to its package.
   signs off (``COURTESY``): "Good morning!", "Best regards", "Thank you for your help.". Each
   occurs a handful of times in a million pairs; a model that sees them once a pass copies or
   garbles them ("Hello!" -> "Hello!", "Best regards" -> "Bestache").
+- ``debian-messages``: the software's own short sentences from the message catalogs of every
+  package that is not a game (``MESSAGE_WORDS`` English words, ending like a sentence):
+  instructions, errors and confirmations ("Please restart the application.", "The file is too
+  large to be sent."), what people paste into a translator from their screen. Inside
+  ``debian-catalogs`` they are one pair in seven, among labels, menu entries and long help; German's
+  separable verbs in requests ("Starten Sie den Computer neu.") are seen too seldom there to learn.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from corpus import catalog_packages, debian_text, libreoffice
 from corpus.bible import Pair
 from corpus.tsv import Row, directed_pairs
 
-SOURCES = ("debian-dialogue", "debian-courtesy")
+SOURCES = ("debian-dialogue", "debian-courtesy", "debian-messages")
 LANGUAGES = debian_text.LANGUAGES
 GAME_PACKAGES = frozenset((*catalog_packages.WESNOTH, *catalog_packages.GAMES))
 COURTESY_MAX_WORDS = 12
@@ -34,6 +40,7 @@ COURTESY = re.compile(
     r"good (morning|afternoon|evening|night|day|luck|bye)|goodbye|bye|see you|take care|"
     r"regards|dear|sincerely|yours|how are you|nice to meet|happy birthday|"
     r"have a (nice|good|great))\b", re.IGNORECASE)
+MESSAGE_WORDS = range(3, 17)  # a word count a message sentence has: 3 to 16
 _SENTENCE_END = re.compile(r"[.!?…][\"'”’»)]*$")
 # The sources a courtesy phrase is looked for in: every Debian one, and LibreOffice's UI strings
 # (its letter wizard holds the closings: "Best regards" / "Mit freundlichen Grüßen").
@@ -44,6 +51,13 @@ def is_dialogue(key: str, en: str) -> bool:
     """A game catalog's sentence: the key's package is a game's, the English two words or more
     that end like a sentence."""
     return key.split("@", 1)[0] in GAME_PACKAGES and len(en.split()) >= 2 and bool(_SENTENCE_END.search(en))
+
+
+def is_message(key: str, en: str) -> bool:
+    """A program's short sentence: the key's package is not a game's, the English
+    ``MESSAGE_WORDS`` words long and ending like a sentence."""
+    return (key.split("@", 1)[0] not in GAME_PACKAGES and len(en.split()) in MESSAGE_WORDS
+            and bool(_SENTENCE_END.search(en)))
 
 
 def is_courtesy(en: str) -> bool:
@@ -61,6 +75,8 @@ def read_rows(selection: str, split: str, lang: str, cache: Path | None = None) 
     """(key, English, translation) rows of one selection, split and language."""
     if selection == "debian-dialogue":
         return [r for r in debian_text.read_rows("debian-catalogs", split, lang, cache) if is_dialogue(r[0], r[1])]
+    if selection == "debian-messages":
+        return [r for r in debian_text.read_rows("debian-catalogs", split, lang, cache) if is_message(r[0], r[1])]
     if selection == "debian-courtesy":
         seen: set[tuple[str, str]] = set()
         out = []

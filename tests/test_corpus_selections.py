@@ -33,6 +33,19 @@ def test_dialogue_is_a_games_sentences(key: str, en: str, kept: bool) -> None:
     assert selections.is_dialogue(key, en) is kept
 
 
+@pytest.mark.parametrize(("key", "en", "kept"), [
+    ("kmail@4:22.12.3-1:kmail", "Please restart KMail to apply the changes.", True),
+    ("digikam-data@4:7.9.0-1:digikam", "File on the server is too large.", True),
+    ("kmail@4:22.12.3-1:kmail", "Not found.", False),  # two words
+    ("kmail@4:22.12.3-1:kmail", "Save the message as draft", False),  # a label: no sentence end
+    ("kmail@4:22.12.3-1:kmail", "When this option is enabled, every message you send is also stored in the "
+                                "folder chosen below.", False),  # 17 words: longer than MESSAGE_WORDS
+    ("freeciv-data@3.0.6-1:freeciv-core", "Your city has grown.", False),  # a game's: dialogue
+])
+def test_message_is_a_programs_short_sentence(key: str, en: str, kept: bool) -> None:
+    assert selections.is_message(key, en) is kept
+
+
 @pytest.mark.parametrize(("en", "kept"), [
     ("Hello!", True), ("Good morning, Delfador!", True), ("Best regards", True), ("Thank you for your help.", True),
     ("Sorry, this file format is not supported.", True), ("Please try again.", True),
@@ -59,6 +72,9 @@ def test_selections_read_each_split_from_the_cached_sources(tmp_path: Path) -> N
         (game, "Good morning, Delfador!", "Guten Morgen, Delfador!")]
     assert selections.read_rows("debian-dialogue", "test", "de", tmp_path) == [
         (game, "We ride at dawn.", "Wir reiten im Morgengrauen.")]
+    assert selections.read_rows("debian-messages", "train", "de", tmp_path) == [
+        (mail, "The message was sent.", "Die Nachricht wurde gesendet.")]
+    assert selections.read_rows("debian-messages", "test", "de", tmp_path) == []
     # from every source, the same pair once, keys kept
     assert selections.read_rows("debian-courtesy", "train", "de", tmp_path) == [
         (game, "Good morning, Delfador!", "Guten Morgen, Delfador!"),
@@ -73,5 +89,5 @@ def test_selections_read_each_split_from_the_cached_sources(tmp_path: Path) -> N
 
 def test_unknown_selection_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="corpus selection 'debian-chat' is not one of debian-dialogue, "
-                                         "debian-courtesy"):
+                                         "debian-courtesy, debian-messages"):
         selections.read_rows("debian-chat", "train", "de", tmp_path)
