@@ -251,7 +251,7 @@ def everyday_rows(path: Path = EVERYDAY) -> dict[str, frozenset[str]]:
 
 def trained_texts(languages: Sequence[str] = ("de", "fr", "es")) -> set[str]:
     """The near keys of both sides of every training pair of every corpus source (LibreOffice's,
-    Debian's and the phrasebook; built on first use), for telling the phrases a model was shown
+    Debian's, the phrasebook and its name swaps; built on first use), for telling the phrases a model was shown
     from the rest."""
     from corpus import debian_text, libreoffice, phrasebook
     from corpus.clean import near_key
@@ -260,7 +260,7 @@ def trained_texts(languages: Sequence[str] = ("de", "fr", "es")) -> set[str]:
     for lang in languages:
         rows = [r for source in debian_text.SOURCES for r in debian_text.read_rows(source, "train", lang)]
         rows += [r for source in libreoffice.SOURCES for r in libreoffice.read_rows(source, "train", lang)]
-        rows += phrasebook.read_rows("train", lang)
+        rows += phrasebook.read_rows("train", lang) + phrasebook.name_rows("train", lang)
         out.update(near_key(text) for _, en, xx in rows for text in (en, xx))
     return out
 

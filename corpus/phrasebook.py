@@ -8,6 +8,13 @@ farewells, thanks, apologies, requests, e-mail openings and closings, small talk
 restaurants, health, times and office and computer phrases, each written in the register a
 native speaker would use (tu/du in casual lines, vous/Sie in formal ones).
 
+``phrasebook-names`` (``name_rows``) repeats every entry that holds a given name of ``NAMES``,
+written alike in all four languages ("Kind regards, Sophie" / "Freundliche Grüße, Sophie"), with
+each of the other names in its place. A model that learned the Bible turns the names people sign
+with into the Bible's ("Paul will call you tomorrow." -> "Paulus wird dich morgen anrufen.",
+"Peter and John" -> "Petrus und Johannes", "Pierre et Jean"); in a closing, a request or an
+appointment a name is copied as it is, whichever name it is.
+
 Kept apart from the yardstick on purpose: no entry shares a near key (corpus.clean.near_key)
 with any text of ``bench/data/everyday.tsv`` (tests/test_corpus_phrasebook.py checks it), and
 ``bench.modern_eval``'s ``everyday-unseen`` counts the phrasebook as seen text.
@@ -16,6 +23,7 @@ with any text of ``bench/data/everyday.tsv`` (tests/test_corpus_phrasebook.py ch
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,9 +32,19 @@ from corpus.bible import Pair
 from corpus.tsv import Row, directed_pairs
 
 SOURCE = "phrasebook"
+NAMES_SOURCE = "phrasebook-names"
+# Given names swapped into the entries that hold one: the ones the Bible translates (Paul ->
+# Paulus, Pierre, Pablo; John -> Johannes, Jean, Juan) and everyday ones of the four languages.
+# None of the yardstick's names (Anna, Peter, Tom): a swap must not write one of its texts.
+NAMES = ("Paul", "John", "Mark", "Matthew", "Thomas", "James", "Mary", "Martha", "Simon", "Andrew", "Philip",
+         "David", "Daniel", "Sarah", "Michael", "Stephen", "Luke", "Elizabeth", "Joseph", "Ruth", "Samuel",
+         "Benjamin", "Jacob", "Emma", "Julia", "Laura", "Lisa", "Sophie", "Ben", "Lena", "Nina", "Oliver",
+         "Marco", "Carlos", "Jonas", "Mia", "Sam", "Martin", "Hans", "Pierre", "Lucía", "Ahmed", "Chloé")
+YARDSTICK_NAMES = ("Anna", "Peter", "Tom")  # swapped out of the entries that hold them, never in
 PATH = Path(__file__).parent / "data" / "phrasebook.tsv"
 LANGUAGES = ("de", "fr", "es")
 COLUMNS = ("category", "en", *LANGUAGES)
+_VOWELS = frozenset("AEIOU")
 
 
 def entries(path: Path = PATH) -> list[dict[str, str]]:
@@ -53,6 +71,45 @@ def read_rows(split: str, lang: str, path: Path = PATH) -> list[Row]:
     return [(f"{SOURCE}:{e['category']}:{i}", e["en"], e[lang]) for i, e in enumerate(entries(path))]
 
 
-def pairs(directions: Sequence[str], split: str, path: Path = PATH) -> list[Pair]:
-    """Pairs of one split for every direction (en-xx or xx-en) the phrasebook covers."""
-    return directed_pairs(lambda lang: read_rows(split, lang, path), directions, LANGUAGES)
+def _word(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+
+
+def _name_in(entry: dict[str, str]) -> str | None:
+    """The first name of ``NAMES`` or ``YARDSTICK_NAMES`` that all four texts of ``entry`` hold
+    as a word, or None."""
+    texts = [entry[c] for c in ("en", *LANGUAGES)]
+    return next((n for n in (*NAMES, *YARDSTICK_NAMES) if all(_word(n).search(t) for t in texts)), None)
+
+
+def _swaps(name: str) -> list[str]:
+    """The names that may take ``name``'s place: the others that begin alike, vowel or not, so
+    French elision stays right ("le bureau d'Emma", "de Paul")."""
+    vowel = name[0] in _VOWELS
+    return [n for n in NAMES if n != name and (n[0] in _VOWELS) == vowel]
+
+
+def name_rows(split: str, lang: str, path: Path = PATH) -> list[Row]:
+    """``phrasebook-names`` rows: each entry that holds a name of ``NAMES`` once per name that
+    may take its place (``_swaps``), in both texts; training only, like the phrasebook."""
+    if lang not in LANGUAGES:
+        raise UsageError(f"phrasebook language {lang!r} is not one of {', '.join(LANGUAGES)}")
+    if split != "train":
+        return []
+    out = []
+    for i, e in enumerate(entries(path)):
+        name = _name_in(e)
+        if name is not None:
+            word = _word(name)
+            out += [(f"{NAMES_SOURCE}:{e['category']}:{i}:{other}", word.sub(other, e["en"]), word.sub(other, e[lang]))
+                    for other in _swaps(name)]
+    return out
+
+
+def pairs(directions: Sequence[str], split: str, path: Path = PATH, source: str = SOURCE) -> list[Pair]:
+    """Pairs of one split for every direction (en-xx or xx-en) the phrasebook (``SOURCE``) or its
+    name swaps (``NAMES_SOURCE``) cover."""
+    read = {SOURCE: read_rows, NAMES_SOURCE: name_rows}.get(source)
+    if read is None:
+        raise UsageError(f"phrasebook source {source!r} is not one of {SOURCE}, {NAMES_SOURCE}")
+    return directed_pairs(lambda lang: read(split, lang, path), directions, LANGUAGES)

@@ -129,3 +129,14 @@ def test_batch_stream_resumes_mid_epoch_and_splits_ranks():
     b0, b1 = r0._epoch_batches(), r1._epoch_batches()
     assert len(b0) == len(b1)
     assert not {tuple(b) for b in b0} & {tuple(b) for b in b1}
+
+
+def test_mixed_sources_include_the_phrasebook_and_its_name_swaps():
+    from training.data import MIXED_SOURCES, source_pairs
+
+    assert {"phrasebook", "phrasebook-names", "debian-messages"} <= set(MIXED_SOURCES)
+    cfg = DataConfig(corpus="mixed", directions=("de-en",), sources={"phrasebook-names": 1.0})
+    got = source_pairs(cfg, "phrasebook-names", "train")
+    assert (got[0].src_lang, got[0].tgt_lang, got[0].src, got[0].tgt) == ("de", "en", "Hallo, ich heiße Paul.",
+                                                                          "Hello, my name is Paul.")
+    assert len(got) == 1670 and source_pairs(cfg, "phrasebook-names", "dev") == []

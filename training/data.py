@@ -116,7 +116,7 @@ def file_pairs(cfg: DataConfig, split: str) -> list[Pair]:
 
 
 MIXED_SOURCES = ("bible", "files", *libreoffice.SOURCES, *debian_text.SOURCES, *selections.SOURCES,
-                 phrasebook.SOURCE)
+                 phrasebook.SOURCE, phrasebook.NAMES_SOURCE)
 
 
 def source_pairs(cfg: DataConfig, source: str, split: str) -> list[Pair]:
@@ -131,8 +131,8 @@ def source_pairs(cfg: DataConfig, source: str, split: str) -> list[Pair]:
         return debian_text.pairs(source, cfg.directions, split)
     if source in selections.SOURCES:
         return selections.pairs(source, cfg.directions, split)
-    if source == phrasebook.SOURCE:
-        return phrasebook.pairs(cfg.directions, split)
+    if source in (phrasebook.SOURCE, phrasebook.NAMES_SOURCE):
+        return phrasebook.pairs(cfg.directions, split, source=source)
     raise UsageError(f"corpus source {source!r} is not one of {', '.join(MIXED_SOURCES)}")
 
 
