@@ -34,13 +34,25 @@ from corpus.tsv import Row, directed_pairs
 SOURCE = "phrasebook"
 NAMES_SOURCE = "phrasebook-names"
 # Given names swapped into the entries that hold one: the ones the Bible translates (Paul ->
-# Paulus, Pierre, Pablo; John -> Johannes, Jean, Juan) and everyday ones of the four languages.
-# None of the yardstick's names (Anna, Peter, Tom): a swap must not write one of its texts.
-NAMES = ("Paul", "John", "Mark", "Matthew", "Thomas", "James", "Mary", "Martha", "Simon", "Andrew", "Philip",
-         "David", "Daniel", "Sarah", "Michael", "Stephen", "Luke", "Elizabeth", "Joseph", "Ruth", "Samuel",
-         "Benjamin", "Jacob", "Emma", "Julia", "Laura", "Lisa", "Sophie", "Ben", "Lena", "Nina", "Oliver",
-         "Marco", "Carlos", "Jonas", "Mia", "Sam", "Martin", "Hans", "Pierre", "Lucía", "Ahmed", "Chloé")
-YARDSTICK_NAMES = ("Anna", "Peter", "Tom")  # swapped out of the entries that hold them, never in
+# Paulus, Pierre, Pablo; John -> Johannes, Jean, Juan) and everyday ones of the four languages,
+# by grammatical gender, as "Dear Anna," is "Liebe Anna," / "Chère Anna," / "Querida Anna,":
+# a name only takes the place of one of its own gender.
+MALE_NAMES = ("Paul", "John", "Mark", "Matthew", "Thomas", "James", "Simon", "Andrew", "Philip", "David", "Daniel",
+              "Michael", "Stephen", "Luke", "Joseph", "Samuel", "Benjamin", "Jacob", "Ben", "Oliver", "Marco",
+              "Carlos", "Jonas", "Sam", "Martin", "Hans", "Pierre", "Ahmed")
+FEMALE_NAMES = ("Mary", "Martha", "Sarah", "Elizabeth", "Ruth", "Emma", "Julia", "Laura", "Lisa", "Sophie", "Lena",
+                "Nina", "Mia", "Lucía", "Chloé")
+NAMES = (*MALE_NAMES, *FEMALE_NAMES)
+# None of the yardstick's names (Anna, Peter, Tom) is swapped in: a swap must not write one of
+# its texts. Entries that hold them are swapped out.
+YARDSTICK_MALE, YARDSTICK_FEMALE = ("Peter", "Tom"), ("Anna",)
+# A name after a title is a surname ("Mr Martin", "docteur Martin"): such entries are not swapped.
+_TITLE = re.compile(r"(?<!\w)(Mr|Mrs|Ms|Dr|Dra|Herr|Frau|Monsieur|Madame|docteur|señor|señora|doctor|doctora)\.? $",
+                    re.IGNORECASE)
+# French elides before a vowel ("d'Emma", "qu'Oliver") and not before a consonant ("de Paul"):
+# where a French text puts one of these words before the name, only a name beginning alike
+# (vowel or not) takes its place.
+_ELIDING = re.compile(r"(?<!\w)(d'|qu'|l'|j'|de |que |le |la |je )$", re.IGNORECASE)
 PATH = Path(__file__).parent / "data" / "phrasebook.tsv"
 LANGUAGES = ("de", "fr", "es")
 COLUMNS = ("category", "en", *LANGUAGES)
@@ -76,17 +88,31 @@ def _word(name: str) -> re.Pattern[str]:
 
 
 def _name_in(entry: dict[str, str]) -> str | None:
-    """The first name of ``NAMES`` or ``YARDSTICK_NAMES`` that all four texts of ``entry`` hold
-    as a word, or None."""
+    """The given name (``NAMES`` or the yardstick's) that all four texts of ``entry`` hold as a
+    word and the English names first ("Laura" in "Best regards, Laura Martin"), or None; None
+    too where a title stands before it (then it is a surname: "Mr Martin", "docteur Martin")."""
     texts = [entry[c] for c in ("en", *LANGUAGES)]
-    return next((n for n in (*NAMES, *YARDSTICK_NAMES) if all(_word(n).search(t) for t in texts)), None)
+    held = []
+    for name in (*NAMES, *YARDSTICK_MALE, *YARDSTICK_FEMALE):
+        found = [list(_word(name).finditer(t)) for t in texts]
+        if all(found):
+            held.append((found[0][0].start(), name, found))
+    if not held:
+        return None
+    _, name, found = min(held)
+    titled = any(_TITLE.search(t[:m.start()]) for t, ms in zip(texts, found, strict=True) for m in ms)
+    return None if titled else name
 
 
-def _swaps(name: str) -> list[str]:
-    """The names that may take ``name``'s place: the others that begin alike, vowel or not, so
-    French elision stays right ("le bureau d'Emma", "de Paul")."""
-    vowel = name[0] in _VOWELS
-    return [n for n in NAMES if n != name and (n[0] in _VOWELS) == vowel]
+def _swaps(name: str, french: str) -> list[str]:
+    """The names that may take ``name``'s place in an entry whose French text is ``french``: the
+    others of its gender, and of those only the ones that begin alike (vowel or not) where the
+    French elides or would elide before it."""
+    male = name in MALE_NAMES or name in YARDSTICK_MALE
+    same = [n for n in (MALE_NAMES if male else FEMALE_NAMES) if n != name]
+    if any(_ELIDING.search(french[:m.start()]) for m in _word(name).finditer(french)):
+        same = [n for n in same if (n[0] in _VOWELS) == (name[0] in _VOWELS)]
+    return same
 
 
 def name_rows(split: str, lang: str, path: Path = PATH) -> list[Row]:
@@ -102,7 +128,7 @@ def name_rows(split: str, lang: str, path: Path = PATH) -> list[Row]:
         if name is not None:
             word = _word(name)
             out += [(f"{NAMES_SOURCE}:{e['category']}:{i}:{other}", word.sub(other, e["en"]), word.sub(other, e[lang]))
-                    for other in _swaps(name)]
+                    for other in _swaps(name, e["fr"])]
     return out
 
 

@@ -51,23 +51,29 @@ def test_a_broken_file_fails_loudly(tmp_path: Path) -> None:
         phrasebook.read_rows("train", "it")
 
 
-def test_name_swaps_put_each_name_where_an_entry_holds_one(tmp_path: Path) -> None:
+def test_name_swaps_put_each_name_of_its_gender_where_an_entry_holds_one(tmp_path: Path) -> None:
     book = tmp_path / "phrasebook.tsv"
     book.write_text("category\ten\tde\tfr\tes\n"
-                    "email\tKind regards, Sophie\tFreundliche Grüße, Sophie\tCordialement, Sophie\tSaludos, Sophie\n"
+                    "email\tDear Sophie,\tLiebe Sophie,\tChère Sophie,\tQuerida Sophie:\n"
                     "work\tThis is Emma's desk.\tDas ist Emmas Tisch.\tC'est le bureau d'Emma.\tEs la mesa de Emma.\n"
-                    "email\tHi Emma!\tHallo Emma!\tSalut Emma !\t¡Hola, Emma!\n"
-                    "greeting\tHello, Tom.\tHallo, Tom.\tBonjour, Tom.\tHola, Tom.\n",
+                    "work\tIt's Emma's turn.\tEmma ist dran.\tC'est au tour d'Emma.\tLe toca a Emma.\n"
+                    "greeting\tHello, Tom.\tHallo, Tom.\tBonjour, Tom.\tHola, Tom.\n"
+                    "greeting\tGood evening, Mr Martin.\tGuten Abend, Herr Martin.\tBonsoir, Monsieur Martin.\t"
+                    "Buenas tardes, señor Martin.\n"
+                    "email\tBest regards, Laura Martin\tViele Grüße, Laura Martin\tCordialement, Laura Martin\t"
+                    "Saludos, Laura Martin\n",
                     encoding="utf-8")
     rows = phrasebook.name_rows("train", "de", book)
-    consonants = [n for n in phrasebook.NAMES if n[0] not in "AEIOU"]
-    consonant = [n for n in consonants if n != "Sophie"]
-    vowel = [n for n in phrasebook.NAMES if n[0] in "AEIOU" and n != "Emma"]
-    # "Emma's desk" / "Emmas Tisch": not a word in every text, so not swapped
-    assert [r[1] for r in rows] == ([f"Kind regards, {n}" for n in consonant] + [f"Hi {n}!" for n in vowel]
-                                    + [f"Hello, {n}." for n in consonants])
-    assert rows[0] == ("phrasebook-names:email:0:Paul", "Kind regards, Paul", "Freundliche Grüße, Paul")
-    assert ("phrasebook-names:email:2:Andrew", "Hi Andrew!", "Hallo Andrew!") in rows
+    women = [n for n in phrasebook.FEMALE_NAMES if n != "Sophie"]
+    # "Emmas Tisch": not a word in every text, so not swapped; after "d'" only a vowel-initial
+    # name of her gender; "Mr Martin" is a surname, "Laura Martin" swaps Laura
+    assert [r[1] for r in rows] == ([f"Dear {n}," for n in women] + ["It's Elizabeth's turn."]
+                                    + [f"Hello, {n}." for n in phrasebook.MALE_NAMES]
+                                    + [f"Best regards, {n} Martin" for n in phrasebook.FEMALE_NAMES if n != "Laura"])
+    assert rows[0] == ("phrasebook-names:email:0:Mary", "Dear Mary,", "Liebe Mary,")
+    assert ("phrasebook-names:work:2:Elizabeth", "It's Elizabeth's turn.", "Elizabeth ist dran.") in rows
+    assert phrasebook.name_rows("train", "fr", book)[len(women)] == (
+        "phrasebook-names:work:2:Elizabeth", "It's Elizabeth's turn.", "C'est au tour d'Elizabeth.")
     # a yardstick name is swapped out, never in
     assert not any("Tom" in text for _, en, de in rows for text in (en, de))
     assert phrasebook.name_rows("dev", "de", book) == phrasebook.name_rows("test", "de", book) == []
@@ -78,14 +84,14 @@ def test_name_swaps_put_each_name_where_an_entry_holds_one(tmp_path: Path) -> No
 def test_name_swaps_keep_french_elision_and_stay_off_the_yardstick() -> None:
     yardstick = set().union(*everyday_rows().values())
     texts = [t for lang in phrasebook.LANGUAGES for _, en, xx in phrasebook.name_rows("train", lang) for t in (en, xx)]
-    assert len(texts) == 2 * 3 * 1670
+    assert len(texts) == 2 * 3 * 1074
     assert [t for t in texts if near_key(t) in yardstick] == []
     assert not any(f"d'{n}" in t or f"de {n}" in t for n in phrasebook.NAMES if n[0] in "AEIOU" for t in texts)
 
 
 def test_name_swaps_are_a_source_of_their_own() -> None:
     got = phrasebook.pairs(["en-es"], "train", source=phrasebook.NAMES_SOURCE)
-    assert len(got) == 1670 and got[0].src == "Hello, my name is Paul."
+    assert len(got) == 1074 and got[0].src == "Hello, my name is Mary."
     with pytest.raises(UsageError, match="phrasebook source 'phrasebook-dates' is not one of phrasebook, "
                                          "phrasebook-names"):
         phrasebook.pairs(["en-es"], "train", source="phrasebook-dates")
