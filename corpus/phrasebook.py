@@ -8,9 +8,9 @@ farewells, thanks, apologies, requests, e-mail openings and closings, small talk
 restaurants, health, times and office and computer phrases, each written in the register a
 native speaker would use (tu/du in casual lines, vous/Sie in formal ones).
 
-``phrasebook-names`` (``name_rows``) repeats every entry that holds a given name of ``NAMES``,
-written alike in all four languages ("Kind regards, Sophie" / "Freundliche Grüße, Sophie"), with
-each of the other names in its place. A model that learned the Bible turns the names people sign
+``phrasebook-names`` (``name_rows``) repeats every entry that holds a given name, written alike
+in all four languages ("Kind regards, Sophie" / "Freundliche Grüße, Sophie"), with each other
+name of ``NAMES`` of its gender in its place. A model that learned the Bible turns the names people sign
 with into the Bible's ("Paul will call you tomorrow." -> "Paulus wird dich morgen anrufen.",
 "Peter and John" -> "Petrus und Johannes", "Pierre et Jean"); in a closing, a request or an
 appointment a name is copied as it is, whichever name it is.
