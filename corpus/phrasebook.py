@@ -33,6 +33,7 @@ from corpus.tsv import Row, directed_pairs
 
 SOURCE = "phrasebook"
 NAMES_SOURCE = "phrasebook-names"
+SOURCES = (SOURCE, NAMES_SOURCE)
 # Given names swapped into the entries that hold one: the ones the Bible translates (Paul ->
 # Paulus, Pierre, Pablo; John -> Johannes, Jean, Juan) and everyday ones of the four languages,
 # by grammatical gender, as "Dear Anna," is "Liebe Anna," / "Chère Anna," / "Querida Anna,":
@@ -73,18 +74,22 @@ def entries(path: Path = PATH) -> list[dict[str, str]]:
     return out
 
 
-def read_rows(split: str, lang: str, path: Path = PATH) -> list[Row]:
-    """(key, English, translation) rows: all of them for ``train``, none for dev or test (the
-    everyday yardstick is ``bench/data/everyday.tsv``)."""
+def _training_entries(split: str, lang: str, path: Path) -> list[dict[str, str]]:
+    """The entries for ``split``: all of them for ``train``, none for dev or test (the everyday
+    yardstick is ``bench/data/everyday.tsv``); UsageError for a language it does not hold."""
     if lang not in LANGUAGES:
         raise UsageError(f"phrasebook language {lang!r} is not one of {', '.join(LANGUAGES)}")
-    if split != "train":
-        return []
-    return [(f"{SOURCE}:{e['category']}:{i}", e["en"], e[lang]) for i, e in enumerate(entries(path))]
+    return entries(path) if split == "train" else []
 
 
-def _word(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+def read_rows(split: str, lang: str, path: Path = PATH) -> list[Row]:
+    """(key, English, translation) rows: all of them for ``train``, none for dev or test."""
+    rows = _training_entries(split, lang, path)
+    return [(f"{SOURCE}:{e['category']}:{i}", e["en"], e[lang]) for i, e in enumerate(rows)]
+
+
+# Each given name as a whole word, compiled once.
+_WORDS = {n: re.compile(rf"(?<!\w){re.escape(n)}(?!\w)") for n in (*NAMES, *YARDSTICK_MALE, *YARDSTICK_FEMALE)}
 
 
 def _name_in(entry: dict[str, str]) -> str | None:
@@ -93,8 +98,8 @@ def _name_in(entry: dict[str, str]) -> str | None:
     too where a title stands before it (then it is a surname: "Mr Martin", "docteur Martin")."""
     texts = [entry[c] for c in ("en", *LANGUAGES)]
     held = []
-    for name in (*NAMES, *YARDSTICK_MALE, *YARDSTICK_FEMALE):
-        found = [list(_word(name).finditer(t)) for t in texts]
+    for name, word in _WORDS.items():
+        found = [list(word.finditer(t)) for t in texts]
         if all(found):
             held.append((found[0][0].start(), name, found))
     if not held:
@@ -110,7 +115,7 @@ def _swaps(name: str, french: str) -> list[str]:
     French elides or would elide before it."""
     male = name in MALE_NAMES or name in YARDSTICK_MALE
     same = [n for n in (MALE_NAMES if male else FEMALE_NAMES) if n != name]
-    if any(_ELIDING.search(french[:m.start()]) for m in _word(name).finditer(french)):
+    if any(_ELIDING.search(french[:m.start()]) for m in _WORDS[name].finditer(french)):
         same = [n for n in same if (n[0] in _VOWELS) == (name[0] in _VOWELS)]
     return same
 
@@ -118,15 +123,11 @@ def _swaps(name: str, french: str) -> list[str]:
 def name_rows(split: str, lang: str, path: Path = PATH) -> list[Row]:
     """``phrasebook-names`` rows: each entry that holds a name of ``NAMES`` once per name that
     may take its place (``_swaps``), in both texts; training only, like the phrasebook."""
-    if lang not in LANGUAGES:
-        raise UsageError(f"phrasebook language {lang!r} is not one of {', '.join(LANGUAGES)}")
-    if split != "train":
-        return []
     out = []
-    for i, e in enumerate(entries(path)):
+    for i, e in enumerate(_training_entries(split, lang, path)):
         name = _name_in(e)
         if name is not None:
-            word = _word(name)
+            word = _WORDS[name]
             out += [(f"{NAMES_SOURCE}:{e['category']}:{i}:{other}", word.sub(other, e["en"]), word.sub(other, e[lang]))
                     for other in _swaps(name, e["fr"])]
     return out

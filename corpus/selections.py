@@ -47,22 +47,32 @@ _SENTENCE_END = re.compile(r"[.!?…][\"'”’»)]*$")
 COURTESY_FROM = (*debian_text.SOURCES, "libreoffice-ui")
 
 
+def _game_sentence(key: str, en: str) -> tuple[bool, bool]:
+    """(the key's package is a game's, the English ends like a sentence)."""
+    return key.split("@", 1)[0] in GAME_PACKAGES, bool(_SENTENCE_END.search(en))
+
+
 def is_dialogue(key: str, en: str) -> bool:
     """A game catalog's sentence: the key's package is a game's, the English two words or more
     that end like a sentence."""
-    return key.split("@", 1)[0] in GAME_PACKAGES and len(en.split()) >= 2 and bool(_SENTENCE_END.search(en))
+    game, sentence = _game_sentence(key, en)
+    return game and sentence and len(en.split()) >= 2
 
 
 def is_message(key: str, en: str) -> bool:
     """A program's short sentence: the key's package is not a game's, the English
     ``MESSAGE_WORDS`` words long and ending like a sentence."""
-    return (key.split("@", 1)[0] not in GAME_PACKAGES and len(en.split()) in MESSAGE_WORDS
-            and bool(_SENTENCE_END.search(en)))
+    game, sentence = _game_sentence(key, en)
+    return not game and sentence and len(en.split()) in MESSAGE_WORDS
 
 
 def is_courtesy(en: str) -> bool:
     """Short English that greets, thanks, asks, apologises, welcomes or signs off."""
     return len(en.split()) <= COURTESY_MAX_WORDS and bool(COURTESY.search(en))
+
+
+# The selections that filter the message catalogs, by (key, English).
+CATALOG_FILTERS = {"debian-dialogue": is_dialogue, "debian-messages": is_message}
 
 
 def _source_rows(source: str, split: str, lang: str, cache: Path | None) -> list[Row]:
@@ -73,10 +83,9 @@ def _source_rows(source: str, split: str, lang: str, cache: Path | None) -> list
 
 def read_rows(selection: str, split: str, lang: str, cache: Path | None = None) -> list[Row]:
     """(key, English, translation) rows of one selection, split and language."""
-    if selection == "debian-dialogue":
-        return [r for r in debian_text.read_rows("debian-catalogs", split, lang, cache) if is_dialogue(r[0], r[1])]
-    if selection == "debian-messages":
-        return [r for r in debian_text.read_rows("debian-catalogs", split, lang, cache) if is_message(r[0], r[1])]
+    if selection in CATALOG_FILTERS:
+        keep = CATALOG_FILTERS[selection]
+        return [r for r in debian_text.read_rows("debian-catalogs", split, lang, cache) if keep(r[0], r[1])]
     if selection == "debian-courtesy":
         seen: set[tuple[str, str]] = set()
         out = []

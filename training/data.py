@@ -116,7 +116,7 @@ def file_pairs(cfg: DataConfig, split: str) -> list[Pair]:
 
 
 MIXED_SOURCES = ("bible", "files", *libreoffice.SOURCES, *debian_text.SOURCES, *selections.SOURCES,
-                 phrasebook.SOURCE, phrasebook.NAMES_SOURCE)
+                 *phrasebook.SOURCES)
 
 
 def source_pairs(cfg: DataConfig, source: str, split: str) -> list[Pair]:
@@ -131,7 +131,7 @@ def source_pairs(cfg: DataConfig, source: str, split: str) -> list[Pair]:
         return debian_text.pairs(source, cfg.directions, split)
     if source in selections.SOURCES:
         return selections.pairs(source, cfg.directions, split)
-    if source in (phrasebook.SOURCE, phrasebook.NAMES_SOURCE):
+    if source in phrasebook.SOURCES:
         return phrasebook.pairs(cfg.directions, split, source=source)
     raise UsageError(f"corpus source {source!r} is not one of {', '.join(MIXED_SOURCES)}")
 
