@@ -21,9 +21,11 @@ Test sets, en<->de/fr/es (``--splits``, comma-separated):
 - ``gimp-help``: the GIMP's manual, whole pages held out (``corpus.gimphelp``);
 - ``examples``, ``phrases``: the example sentences and the phrases of Ding's German-English
   dictionary, whole entries held out (``corpus.dictionary``; en-de and de-en only);
-- ``dialogue``, ``courtesy``, ``messages``: the everyday selections of those held-out splits
-  (``corpus.selections``): a held-out game's sentences; short greetings, thanks, requests and
-  closings; held-out programs' short sentences (instructions, errors, confirmations);
+- ``dialogue``, ``courtesy``, ``messages``, ``requests``: the everyday selections of those
+  held-out splits (``corpus.selections``): a held-out game's sentences; short greetings, thanks,
+  requests and closings; held-out programs' short sentences (instructions, errors,
+  confirmations); German requests whose separable verb sends its particle to the end (en-de and
+  de-en only);
 - ``everyday``: short everyday phrases (greetings, e-mail, requests, dates, prices, units,
   instructions) with references written for the purpose (``bench/data/everyday.tsv``);
 - ``everyday-unseen``: the phrases of ``everyday`` none of whose four texts is in a training
@@ -81,10 +83,11 @@ from corpus.bible import Pair
 PROG = "python -m bench.modern_eval"
 DIRECTIONS = ("en-de", "de-en", "en-fr", "fr-en", "en-es", "es-en")
 SPLITS = ("modern", "bible", "descriptions", "catalogs", "debconf", "manuals", "manpages", "kde-docs", "gimp-help",
-          "examples", "phrases", "dialogue", "courtesy", "messages", "everyday", "everyday-unseen")
+          "examples", "phrases", "dialogue", "courtesy", "messages", "requests", "everyday", "everyday-unseen")
 DEBIAN_SPLITS = {name: f"debian-{name}" for name in ("descriptions", "catalogs", "debconf", "manuals", "manpages",
                                                       "kde-docs", "gimp-help", "examples", "phrases")}
-SELECTION_SPLITS = {name: f"debian-{name}" for name in ("dialogue", "courtesy", "messages")}  # corpus/selections.py
+# corpus/selections.py
+SELECTION_SPLITS = {name: f"debian-{name}" for name in ("dialogue", "courtesy", "messages", "requests")}
 EVERYDAY = Path(__file__).parent / "data" / "everyday.tsv"
 MODERN_SOURCE = "libreoffice-help"
 APERTIUM_MODES = {"en-es": "eng-spa", "es-en": "spa-eng"}
@@ -374,7 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "pages), kde-docs (KDE's handbooks), gimp-help (the GIMP's manual), examples and phrases (Ding's "
                    "dictionary, en-de and de-en), dialogue (a held-out game's sentences), courtesy (held-out "
                    "greetings, thanks, requests, closings), messages (held-out programs' short "
-                   "sentences), everyday (short everyday phrases), everyday-unseen "
+                   "sentences), requests (German requests with a separable verb, en-de and de-en), everyday "
+                   "(short everyday phrases), everyday-unseen "
                    "(those of them in no training split)")
     p.add_argument("--part", choices=("test", "dev"), default="test",
                    help="the splits' part: test, or dev to choose between models (the phrase list has one part)")

@@ -57,6 +57,22 @@ def test_courtesy_is_short_and_polite(en: str, kept: bool) -> None:
     assert selections.is_courtesy(en) is kept
 
 
+@pytest.mark.parametrize(("de", "kept"), [
+    ("Starten Sie den Rechner neu, um die Änderungen abzuschließen.", True),
+    ("Bitte schalten Sie den Drucker aus.", True),
+    ("Wählen Sie die Spalten aus, die angezeigt werden sollen:", True),
+    ("Geben Sie die Breite des Listenelements an.", True),
+    ("Bitte starten Sie KMail neu!", True),
+    ("Der Rechner wird neu gestartet.", False),  # no request
+    ("Starten Sie die Anwendung.", False),  # a request, but no particle
+    ("Sie können auch auf „Aktualisieren“ drücken.", False),  # "Sie" after a modal, not a request
+    ("Klicken Sie auf die Schaltfläche und wählen Sie dann den Eintrag, der zu Ihrem Gerät gehört und neu ist.",
+     False),  # the particle-like word is more than 60 characters after the verb
+])
+def test_german_request_sends_its_particle_to_the_end(de: str, kept: bool) -> None:
+    assert selections.is_separable_request(de) is kept
+
+
 def test_selections_read_each_split_from_the_cached_sources(tmp_path: Path) -> None:
     game, mail = "wesnoth-1.16-httt@1:1.16.9-1:wesnoth-httt", "kmail@4:22.12.3-1:kmail"
     write_cache(tmp_path, {
@@ -67,6 +83,10 @@ def test_selections_read_each_split_from_the_cached_sources(tmp_path: Path) -> N
         ("debian-examples", "train"): [("trans-de-en@1.9-6:1", "Good morning!", "Guten Morgen!"),
                                        ("trans-de-en@1.9-6:2", "Good morning!", "Guten Morgen!")],
         ("libreoffice-ui", "train"): [("wiz.mo", "Best regards", "Mit freundlichen Grüßen")],
+        ("debian-kde-docs", "train"): [("kgpg@4:22.12.3-1:kgpg", "Select the key.", "Wählen Sie den Schlüssel aus."),
+                                       ("kgpg@4:22.12.3-1:kgpg", "Select a key.", "Wählen Sie einen Schlüssel.")],
+        ("libreoffice-help", "train"): [("text/a.html#p1", "Select the key.", "Wählen Sie den Schlüssel aus.")],
+        ("libreoffice-help", "dev"): [("text/b.html#p2", "Turn it off.", "Schalten Sie es aus.")],
     })
     assert selections.read_rows("debian-dialogue", "train", "de", tmp_path) == [
         (game, "Good morning, Delfador!", "Guten Morgen, Delfador!")]
@@ -85,9 +105,15 @@ def test_selections_read_each_split_from_the_cached_sources(tmp_path: Path) -> N
     assert [(p.src_lang, p.tgt_lang, p.src) for p in got][-2:] == [("de", "en", "Guten Morgen!"),
                                                                   ("de", "en", "Mit freundlichen Grüßen")]
     assert len(got) == 6
+    # German only; from Debian's sources and LibreOffice's help and UI, the same pair once
+    assert selections.read_rows("debian-requests", "train", "de", tmp_path) == [
+        ("kgpg@4:22.12.3-1:kgpg", "Select the key.", "Wählen Sie den Schlüssel aus.")]
+    assert selections.read_rows("debian-requests", "dev", "de", tmp_path) == [
+        ("text/b.html#p2", "Turn it off.", "Schalten Sie es aus.")]
+    assert selections.read_rows("debian-requests", "train", "fr", tmp_path) == []
 
 
 def test_unknown_selection_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="corpus selection 'debian-chat' is not one of debian-dialogue, "
-                                         "debian-courtesy, debian-messages"):
+                                         "debian-courtesy, debian-messages, debian-requests"):
         selections.read_rows("debian-chat", "train", "de", tmp_path)
