@@ -27,6 +27,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
@@ -71,7 +72,7 @@ class DomainDelta:
         return self.p_not_above < SIGNIFICANT
 
 
-def passes(deltas: list[DomainDelta], rule: str) -> bool:
+def passes(deltas: list[DomainDelta], rule: Literal["strict", "significant"]) -> bool:
     """``strict``: above the old model on every domain. ``significant``: below it on none by more than
     chance explains, and above it on at least one by more than chance explains."""
     if rule == "strict":
@@ -114,14 +115,16 @@ def split_means(values: Iterable[tuple[str, float]]) -> dict[str, float]:
     return {split: sum(v) / len(v) for split, v in by.items()}
 
 
+# sacrebleu's per-line statistics and scoring from their sum: the two methods its own paired
+# bootstrap (``sacrebleu --paired-bs``, sacrebleu/significance.py) is built on, in every 2.x release.
+_SCORERS = {"bleu": BLEU(), "chrf": CHRF()}
+
+
 def _line_stats(metric: str, hypotheses: list[str], references: list[str]) -> np.ndarray:
     """sacrebleu's sufficient statistics of each line (n-gram matches and counts), one row a line:
     summing rows and scoring the sum is the corpus score, which is what makes resampling cheap."""
     scorer = _SCORERS[metric]
     return np.asarray(scorer._extract_corpus_statistics(hypotheses, [references]), dtype=np.float64)
-
-
-_SCORERS = {"bleu": BLEU(), "chrf": CHRF()}
 
 
 def _corpus_score(metric: str, stats: np.ndarray) -> float:
@@ -211,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="exit 1 unless the new model is significantly below the old on no domain and "
                         "significantly above it on at least one")
     args = p.parse_args(argv)
+    if args.samples < 1:
+        print(f"error: --samples must be at least 1, not {args.samples}", file=sys.stderr)
+        return 2
     try:
         old, new = load_report(args.old), load_report(args.new)
         deltas = compare(old, new, pick_system(old, args.old, args.system), pick_system(new, args.new, args.system),

@@ -78,6 +78,8 @@ def test_reports_that_cannot_be_compared_are_one_clear_error(tmp_path: Path, cap
     assert main([str(not_report), str(a)]) == 2
     assert capsys.readouterr().err == (f"error: {not_report}: not a bench.modern_eval --json report "
                                        "(no 'sets' and 'systems')\n")
+    assert main([str(a), str(a), "--samples", "0"]) == 2
+    assert capsys.readouterr().err == "error: --samples must be at least 1, not 0\n"
     assert main([str(a), str(a), "--system", "ours-fp32"]) == 2
     assert capsys.readouterr().err == f"error: {a}: no system 'ours-fp32' (it holds ours-int8)\n"
     fewer = json.loads(a.read_text())

@@ -51,5 +51,8 @@ def test_the_command_prints_each_candidate_and_refuses_unknown_input(tiny_checkp
     assert main([str(tiny_checkpoint), "-t", "fr", SOURCE, "x"]) == 2
     assert capsys.readouterr().err == ("python -m training.force_score: error: language 'fr' has no tag in this "
                                        "model; known: en, de\n")
+    assert main([str(tiny_checkpoint), "-t", "de", SOURCE, "Haus " * 300]) == 2
+    assert capsys.readouterr().err == ("python -m training.force_score: error: the source or a candidate is longer "
+                                       "than the model's 256 positions: score one sentence at a time\n")
     assert main([str(tiny_checkpoint.parent / "nowhere.pt"), "-t", "de", SOURCE, "x"]) == 2
     assert capsys.readouterr().err.startswith("python -m training.force_score: error: ")

@@ -71,9 +71,13 @@ def score(model: Transformer, tokenizer: Tokenizer, source: str, target_lang: st
           candidates: list[str]) -> list[CandidateScore]:
     """Each candidate's pieces scored under the model, given ``source`` and the target tag."""
     src = tokenizer.encode_source(source, target_lang)
+    limit = model.cfg.max_positions
     out = []
     for text in candidates:
         ids = tokenizer.encode(text)
+        if max(len(src), len(ids) + 1) > limit:
+            raise UsageError(f"the source or a candidate is longer than the model's {limit} positions: "
+                             "score one sentence at a time")
         names = [*tokenizer.pieces(ids), "</s>"]
         out.append(CandidateScore(text, tuple(PieceScore(n, v, r)
                                               for n, (v, r) in zip(names, score_ids(model, src, ids)))))
