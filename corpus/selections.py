@@ -28,7 +28,7 @@ pair still traces back to its package.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from cli import UsageError
@@ -89,6 +89,12 @@ def is_courtesy(en: str) -> bool:
 
 # The selections that filter the message catalogs, by (key, English).
 CATALOG_FILTERS = {"debian-dialogue": is_dialogue, "debian-messages": is_message}
+# The selections gathered from several sources, each pair once: (sources, the languages it holds,
+# the test on a (key, English, translation) row).
+GATHERED: dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[Row], bool]]] = {
+    "debian-courtesy": (COURTESY_FROM, LANGUAGES, lambda r: is_courtesy(r[1])),
+    "debian-requests": (REQUESTS_FROM, ("de",), lambda r: is_separable_request(r[2])),
+}
 
 
 def _source_rows(source: str, split: str, lang: str, cache: Path | None) -> list[Row]:
@@ -113,14 +119,11 @@ def read_rows(selection: str, split: str, lang: str, cache: Path | None = None) 
     if selection in CATALOG_FILTERS:
         keep = CATALOG_FILTERS[selection]
         return [r for r in debian_text.read_rows("debian-catalogs", split, lang, cache) if keep(r[0], r[1])]
-    if selection == "debian-courtesy":
-        return _unique(r for source in COURTESY_FROM for r in _source_rows(source, split, lang, cache)
-                       if is_courtesy(r[1]))
-    if selection == "debian-requests":
-        if lang != "de":
+    if selection in GATHERED:
+        sources, languages, keep = GATHERED[selection]
+        if lang not in languages:
             return []
-        return _unique(r for source in REQUESTS_FROM for r in _source_rows(source, split, lang, cache)
-                       if is_separable_request(r[2]))
+        return _unique(r for source in sources for r in _source_rows(source, split, lang, cache) if keep(r))
     raise UsageError(f"corpus selection {selection!r} is not one of {', '.join(SOURCES)}")
 
 
