@@ -25,6 +25,10 @@
 # the shipped weights average (3 by default). EVAL_EVERY (steps, 1000 by default) is how often the
 # trainer scores its dev sentences (minutes on a 2-core CPU each; the step is saved before it).
 #
+# SET adds overrides (space-separated SECTION.KEY=VALUE). From a pre-LN INIT it can grow the model:
+# SET='model.n_decoder_layers=4' starts with two more decoder layers that pass their input through
+# unchanged (training/warm_start.py), so the run begins at INIT's quality with more room.
+#
 #   RUN=runs/modern-cpu MINUTES=100 THREADS=2 CHUNK=0 SHIP=0 TOKENIZER= PYTHON=.venv/bin/python
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +40,8 @@ INIT=${INIT:-models/default}
 SOURCES=${SOURCES:-'{"bible": 0.2, "libreoffice-help": 1.0, "libreoffice-ui": 1.0}'}
 LR_SCALE=${LR_SCALE:-0.17}
 AVERAGE=${AVERAGE:-3}
+EXTRA=()
+for override in ${SET:-}; do EXTRA+=(--set "$override"); done
 case "$SHIP" in 0|1) ;; *) echo "SHIP must be 0 or 1, got '$SHIP'" >&2; exit 2 ;; esac
 if [ -z "${PYTHON:-}" ]; then
   bash scripts/setup.sh
@@ -55,7 +61,7 @@ set +e
   --set "data.sources=$SOURCES" \
   --set "train.lr_scale=$LR_SCALE" --set train.save_every=200 --set "train.keep_checkpoints=$AVERAGE" \
   --set "train.average_last=$AVERAGE" --set "train.eval_every=${EVAL_EVERY:-1000}" --set train.eval_sentences=100 \
-  --set train.log_every=25
+  --set train.log_every=25 "${EXTRA[@]}"
 status=$?
 set -e
 if [ "$status" = 75 ]; then

@@ -136,3 +136,32 @@ def test_averaging_checkpoints_of_another_model_is_refused(tiny_checkpoint, tmp_
     with pytest.raises(ValueError, match=rf"other\.pt and {tiny_checkpoint.name} differ in shape: {k} \(3, 3\)"):
         ship([tiny_checkpoint, other], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_grown_model_interpolates_with_the_model_it_grew_from(tmp_path, tokenizer):
+    """The old model is grown the same way first: its new layers are identities, so a new layer ships at
+    weight x what it learned and every old tensor at the plain mix."""
+    from training import checkpoint as ckpt_io
+    from training.config import MODEL_PRESETS, RunConfig, replace
+    from training.model import Transformer
+    from training.warm_start import warm_start
+
+    cfg = RunConfig(model=replace(MODEL_PRESETS["tiny"], vocab_size=tokenizer.vocab_size, pre_norm=True))
+    old = Transformer(cfg.model)
+    ckpt_io.save_atomic({"model": old.state_dict(), "config": cfg.to_dict(),
+                         "tokenizer_model": tokenizer.model_proto}, tmp_path / "old.pt")
+    big = RunConfig(model=replace(cfg.model, n_decoder_layers=3))
+    grown = Transformer(big.model)
+    warm_start(grown, tokenizer, str(tmp_path / "old.pt"))
+    trained = {k: v + 0.5 for k, v in grown.state_dict().items()}  # as if training moved every weight
+    ckpt_io.save_atomic({"model": trained, "config": big.to_dict(), "tokenizer_model": tokenizer.model_proto},
+                        tmp_path / "grown.pt")
+    mixed = load(ship(tmp_path / "grown.pt", tmp_path / "out", tmp_path / "old.pt", 0.75))
+    assert mixed["interpolated"]["grown"] == "grown (decoder layers 2 -> 3; new parts start as identities)"
+    new_out = "decoder_layers.1.feed_forward.w_2.weight"  # layer 1 is the new one: its output started at zero
+    assert torch.equal(mixed["model"][new_out], (0.75 * trained[new_out]).half())
+    kept = "decoder_layers.2.cross_attn.w_q.weight"  # the old top layer, now layer 2
+    want = 0.75 * trained[kept] + 0.25 * old.state_dict()["decoder_layers.1.cross_attn.w_q.weight"]
+    assert torch.equal(mixed["model"][kept], want.half())
+    with pytest.raises(ValueError, match=r"not shrink it \(decoder layers 3 -> 2\)"):
+        ship(tmp_path / "old.pt", tmp_path / "out2", tmp_path / "grown.pt", 0.5)

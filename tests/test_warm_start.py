@@ -130,3 +130,65 @@ def test_a_direction_of_a_source_takes_its_own_share():
         mixed_pairs(replace(cfg, sources={"bible": 0.5, "libreoffice-help/de-en": 1.0}), "train")
     with pytest.raises(UsageError, match=r"has 'libreoffice-help/de-en' but not the source"):  # before a run starts
         check_corpus(replace(cfg, sources={"bible": 0.5, "libreoffice-help/de-en": 1.0}))
+
+
+def _save(model: Transformer, cfg: RunConfig, tokenizer, path: Path) -> str:
+    ckpt_io.save_atomic({"model": model.state_dict(), "config": cfg.to_dict(),
+                         "tokenizer_model": tokenizer.model_proto}, path)
+    return str(path)
+
+
+def _pre_ln_tiny(tokenizer) -> RunConfig:
+    return RunConfig(model=replace(MODEL_PRESETS["tiny"], vocab_size=tokenizer.vocab_size, pre_norm=True,
+                                   n_encoder_layers=2, n_decoder_layers=2))
+
+
+def test_a_grown_model_computes_what_the_old_one_did(tmp_path: Path, tokenizer):
+    """Two more decoder layers, one more encoder layer and a wider feed-forward: the same logits and the
+    same cross-attention (the old top layer stays on top), and the new layers can still learn."""
+    cfg = _pre_ln_tiny(tokenizer)
+    torch.manual_seed(3)
+    old = Transformer(cfg.model).eval()
+    for p in old.parameters():  # trained-looking weights, not the initialisation's zeros and ones
+        p.data.add_(0.05 * torch.randn_like(p))
+    old.embedding.weight.data[0] = 0.0  # the pad row, which a warm start always zeroes
+    path = _save(old, cfg, tokenizer, tmp_path / "old.pt")
+    big = replace(cfg.model, n_encoder_layers=3, n_decoder_layers=4, d_ff=96)
+    new = Transformer(big).eval()
+    note = warm_start(new, tokenizer, path)
+    assert note.endswith("; grown (encoder layers 2 -> 3, decoder layers 2 -> 4, d_ff 64 -> 96; "
+                         "new parts start as identities)")
+    src = torch.randint(4, tokenizer.vocab_size, (3, 7))
+    tgt = torch.randint(4, tokenizer.vocab_size, (3, 5))
+    with torch.no_grad():
+        assert torch.allclose(new(src, tgt), old(src, tgt), atol=1e-5)
+        memory_old, memory_new = old.encode(src), new.encode(src)
+        assert torch.allclose(memory_new, memory_old, atol=1e-5)
+    state, before = new.state_dict(), old.state_dict()
+    # the old top decoder layer is the new top layer; layers 1 and 2 are new, copies of layer 0 with zero outputs
+    top = "cross_attn.w_q.weight"
+    assert torch.equal(state[f"decoder_layers.3.{top}"], before[f"decoder_layers.1.{top}"])
+    for i in (1, 2):
+        query = "self_attn.w_q.weight"
+        assert torch.equal(state[f"decoder_layers.{i}.{query}"], before[f"decoder_layers.0.{query}"])
+        for part in ("self_attn.w_o", "cross_attn.w_o", "feed_forward.w_2"):
+            assert not state[f"decoder_layers.{i}.{part}.weight"].any(), part
+            assert not state[f"decoder_layers.{i}.{part}.bias"].any(), part
+    new.train()
+    loss = new(src, tgt).logsumexp(-1).mean()
+    loss.backward()
+    assert new.decoder_layers[1].feed_forward.w_2.weight.grad.abs().sum() > 0
+    assert new.encoder_layers[0].feed_forward.w_2.weight.grad[:, 64:].abs().sum() > 0
+
+
+def test_growth_refuses_what_it_cannot_do(tmp_path: Path, tokenizer):
+    cfg = _pre_ln_tiny(tokenizer)
+    path = _save(Transformer(cfg.model), cfg, tokenizer, tmp_path / "old.pt")
+    with pytest.raises(ValueError, match=r"not shrink it \(decoder layers 2 -> 1\)"):
+        warm_start(Transformer(replace(cfg.model, n_decoder_layers=1)), tokenizer, path)
+    with pytest.raises(ValueError, match=r"another shape \(n_heads 2 -> 4\); a warm start may change only"):
+        warm_start(Transformer(replace(cfg.model, n_heads=4)), tokenizer, path)
+    post = RunConfig(model=replace(cfg.model, pre_norm=False))
+    post_path = _save(Transformer(post.model), post, tokenizer, tmp_path / "post.pt")
+    with pytest.raises(ValueError, match=r"^--init-from .*post.pt: only a pre-LN model can grow"):
+        warm_start(Transformer(replace(post.model, n_decoder_layers=3)), tokenizer, post_path)

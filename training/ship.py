@@ -12,8 +12,10 @@ the last source's, and the shipped checkpoint records the sources' names.
 
 ``--interpolate OLD --weight W`` ships W x the source's weights + (1 - W) x OLD's, tensor by tensor
 (WiSE-FT, Wortsman et al. 2022): a fine-tune that gained on new text and lost some of the old
-gets most of the one back at little of the other. Both must have the same shape; the shipped
-checkpoint records what it was interpolated with.
+gets most of the one back at little of the other. Both must have the same shape, or OLD the shape
+the source grew from (``SET='model.n_decoder_layers=4'`` in scripts/train_modern.sh): OLD is then
+grown the same way first (training/warm_start.py: its new layers are identities), so the new
+layers ship at W x what they learned. The shipped checkpoint records what it was interpolated with.
 
 Writes ``model.pt`` (half-precision weights, the run's config and the tokenizer: a
 checkpoint that every command taking a checkpoint accepts), ``config.json`` and
@@ -35,6 +37,7 @@ import torch
 
 from training.checkpoint import SUMS_FILE, average, load, resolve, save_atomic, sha256_file
 from training.config import RunConfig
+from training.warm_start import grow
 
 
 def write_sums(directory: Path) -> None:
@@ -77,8 +80,12 @@ def ship(source: str | Path | Sequence[str | Path], out: str | Path, with_model:
         extra["averaged"] = [portable(p) for p in sources]
     if with_model is not None:
         other = resolve(with_model)
-        weights = interpolate(weights, load(other)["model"], weight)
-        extra["interpolated"] = {"with": portable(other), "weight": weight}
+        old = load(other)
+        old_weights, grown = grow({k: v.float() for k, v in old["model"].items()},
+                                  RunConfig.from_dict(old["config"]).model, RunConfig.from_dict(ckpt["config"]).model,
+                                  weights)
+        weights = interpolate(weights, old_weights, weight)
+        extra["interpolated"] = {"with": portable(other), "weight": weight} | ({"grown": grown} if grown else {})
     out.mkdir(parents=True, exist_ok=True)
     config = {**ckpt["config"]}
     if config.get("train", {}).get("init_from"):
