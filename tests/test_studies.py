@@ -470,3 +470,16 @@ def test_train_speed_times_two_arms_side_by_side_and_refuses_any_other_pair(caps
             train_speed_main([*argv, "--arms", arms])
         assert stop.value.code == 2
         assert f"--arms takes two different arms of fp32, bf16, compiled, got '{arms}'" in capsys.readouterr().err
+
+
+def test_decode_pass_translates_every_line_and_says_how_many(tiny_package, tmp_path, capsys):
+    from bench.studies.decode_pass import main
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("hello world\nthe house\ngood morning\n", encoding="utf-8")
+    assert main([str(tiny_package), "--file", str(texts), "--target", "de", "--batch", "2"]) == 0
+    assert capsys.readouterr().out == "translated 3 sentences\n"
+    assert main([str(tiny_package), "--file", str(texts)]) == 2
+    assert capsys.readouterr().err == "python -m bench.studies.decode_pass: error: --file and --target go together\n"
+    assert main([str(tiny_package), "--batch", "0"]) == 2
+    assert "--batch and --lines must be at least 1" in capsys.readouterr().err
