@@ -108,12 +108,12 @@ def grow(state: dict[str, torch.Tensor], old: ModelConfig, new: ModelConfig,
             + "); a warm start may change only the vocabulary, the number of layers and d_ff")
     depth = {"encoder": (old.n_encoder_layers, new.n_encoder_layers),
              "decoder": (old.n_decoder_layers, new.n_decoder_layers)}
-    if depth["encoder"][0] == depth["encoder"][1] and depth["decoder"][0] == depth["decoder"][1] \
-            and old.d_ff == new.d_ff:
+    changes = {f"{stack} layers": sizes for stack, sizes in depth.items() if sizes[0] != sizes[1]}
+    if old.d_ff != new.d_ff:
+        changes["d_ff"] = (old.d_ff, new.d_ff)
+    if not changes:
         return state, ""
-    shrunk = [f"{stack} layers {a} -> {b}" for stack, (a, b) in depth.items() if b < a]
-    if new.d_ff < old.d_ff:
-        shrunk.append(f"d_ff {old.d_ff} -> {new.d_ff}")
+    shrunk = [f"{name} {a} -> {b}" for name, (a, b) in changes.items() if b < a]
     if shrunk:
         raise ValueError(f"a warm start can grow a model, not shrink it ({', '.join(shrunk)})")
     if not old.pre_norm:
@@ -135,10 +135,8 @@ def grow(state: dict[str, torch.Tensor], old: ModelConfig, new: ModelConfig,
         elif rest == "feed_forward.w_2.weight":
             value = torch.cat([value, value.new_zeros(value.size(0), new.d_ff - old.d_ff)], dim=1)
         out[key] = value
-    parts = [f"{stack} layers {a} -> {b}" for stack, (a, b) in depth.items() if b != a]
-    if new.d_ff != old.d_ff:
-        parts.append(f"d_ff {old.d_ff} -> {new.d_ff}")
-    return out, "grown (" + ", ".join(parts) + "; new parts start as identities)"
+    grown = ", ".join(f"{name} {a} -> {b}" for name, (a, b) in changes.items())
+    return out, f"grown ({grown}; new parts start as identities)"
 
 
 def warm_start(model: Transformer, tokenizer: Tokenizer, source: str) -> str:

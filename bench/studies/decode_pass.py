@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from bench.modern_eval import DIRECTIONS
-from bench.studies.capacity import speed_texts
+from bench.studies.capacity import decode_texts, speed_texts
 from cli import EXIT_OK, UsageError, fail
 
 PROG = "python -m bench.studies.decode_pass"
@@ -43,24 +43,20 @@ def main(argv: list[str] | None = None) -> int:
         if bool(args.file) != bool(args.target):
             raise UsageError("--file and --target go together")
         from engine.package import ModelPackage
-        from export.verify import cpu_runtime, translate_onnx
+        from export.verify import cpu_runtime
         from training.tokenizer import Tokenizer
 
         package = ModelPackage.load(args.package)
         if args.file:
-            work = [(args.target, Path(args.file).read_text(encoding="utf-8").splitlines())]
+            # decode_texts reads the target from a direction's second half
+            texts = {f"file-{args.target}": Path(args.file).read_text(encoding="utf-8").splitlines()}
         else:
             texts = speed_texts([s for s in args.splits.split(",") if s], DIRECTIONS, args.lines)
-            work = [(direction.split("-")[1], sources) for direction, sources in texts.items()]
         runtime = cpu_runtime(package, args.variant, 1)
         tokenizer = Tokenizer(package.tokenizer_path)
     except (UsageError, OSError, ValueError) as e:
         return fail(PROG, str(e))
-    n = 0
-    for target, sources in work:
-        for i in range(0, len(sources), args.batch):
-            n += len(translate_onnx(runtime, tokenizer, sources[i:i + args.batch], target, batch_size=args.batch))
-    print(f"translated {n} sentences")
+    print(f"translated {decode_texts(runtime, tokenizer, texts, args.batch)} sentences")
     return EXIT_OK
 
 
