@@ -40,7 +40,7 @@ from pathlib import Path
 
 from bench.compare_evals import split_means
 from bench.modern_eval import DIRECTIONS, SPLITS, evaluate, load_sets, package_systems
-from cli import EXIT_OK, EXIT_UNFINISHED, EXIT_USAGE, UsageError, fail
+from cli import EXIT_OK, EXIT_UNFINISHED, EXIT_USAGE, UsageError, fail, parse_direction
 
 PROG = "python -m bench.studies.capacity"
 NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
@@ -156,27 +156,32 @@ def speeds(packages: dict[str, Path], texts: dict[str, list[str]], batch: int, r
         package = ModelPackage.load(path)
         loaded[name] = (cpu_runtime(package, "int8", 1), Tokenizer(package.tokenizer_path))
     n = sum(len(t) for t in texts.values())
+    work = by_target(texts)
     best = {name: float("inf") for name in packages}
     order = list(packages)
     for r in range(rounds):
         for name in order if r % 2 == 0 else order[::-1]:
             rt, tokenizer = loaded[name]
             start = time.perf_counter()
-            decode_texts(rt, tokenizer, texts, batch)
+            decode_texts(rt, tokenizer, work, batch)
             best[name] = min(best[name], time.perf_counter() - start)
     return {name: round(n / seconds, 2) for name, seconds in best.items()}
 
 
-def decode_texts(runtime, tokenizer, texts: dict[str, list[str]], batch: int) -> int:
-    """Translate ``texts`` ({direction: sources}, as :func:`speed_texts` gives) in batches of ``batch``,
-    greedy; returns how many sentences came back."""
+def by_target(texts: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
+    """{direction: sources} (as :func:`speed_texts` gives) as (target language, sources) pairs."""
+    return [(parse_direction(direction)[1], sources) for direction, sources in texts.items()]
+
+
+def decode_texts(runtime, tokenizer, work: Sequence[tuple[str, Sequence[str]]], batch: int) -> int:
+    """Translate each (target language, sources) of ``work`` in batches of ``batch``, greedy;
+    returns how many sentences came back."""
     from export.verify import translate_onnx
 
     n = 0
-    for direction, sources in texts.items():
-        target = direction.split("-")[1]
+    for target, sources in work:
         for i in range(0, len(sources), batch):
-            n += len(translate_onnx(runtime, tokenizer, sources[i:i + batch], target, batch_size=batch))
+            n += len(translate_onnx(runtime, tokenizer, list(sources[i:i + batch]), target, batch_size=batch))
     return n
 
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from bench.modern_eval import DIRECTIONS
-from bench.studies.capacity import decode_texts, speed_texts
+from bench.studies.capacity import by_target, decode_texts, speed_texts
 from cli import EXIT_OK, UsageError, fail
 
 PROG = "python -m bench.studies.decode_pass"
@@ -48,15 +48,14 @@ def main(argv: list[str] | None = None) -> int:
 
         package = ModelPackage.load(args.package)
         if args.file:
-            # decode_texts reads the target from a direction's second half
-            texts = {f"file-{args.target}": Path(args.file).read_text(encoding="utf-8").splitlines()}
+            work = [(args.target, Path(args.file).read_text(encoding="utf-8").splitlines())]
         else:
-            texts = speed_texts([s for s in args.splits.split(",") if s], DIRECTIONS, args.lines)
+            work = by_target(speed_texts([s for s in args.splits.split(",") if s], DIRECTIONS, args.lines))
         runtime = cpu_runtime(package, args.variant, 1)
         tokenizer = Tokenizer(package.tokenizer_path)
     except (UsageError, OSError, ValueError) as e:
         return fail(PROG, str(e))
-    print(f"translated {decode_texts(runtime, tokenizer, texts, args.batch)} sentences")
+    print(f"translated {decode_texts(runtime, tokenizer, work, args.batch)} sentences")
     return EXIT_OK
 
 
