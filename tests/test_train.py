@@ -247,3 +247,16 @@ def test_dev_plot_draws_few_sets_as_they_are_and_many_as_one_mean_per_source():
     assert dev_series(many) == {"bible (mean of 6 directions)": [(1000, 22.5)],
                                 "debian-catalogs (mean of 6 directions)": [(1000, 10.0)],
                                 "debian-examples (mean of 1 direction)": [(1000, 7.25)]}
+
+
+def test_curves_of_a_run_without_dev_evaluation_are_the_loss_panel_alone(tmp_path):
+    import matplotlib.image
+
+    from training.train import plot_curves
+
+    losses = [{"step": 25 * (i + 1), "loss": 3.0 - 0.01 * i} for i in range(30)]
+    plot_curves(losses, tmp_path / "loss.png")
+    plot_curves([*losses, {"step": 750, "dev_bleu": {"en-de": 10.0}}], tmp_path / "both.png")
+    # 100 dpi: the loss panel alone is 6.5 inches wide, loss beside dev BLEU 11
+    assert matplotlib.image.imread(tmp_path / "loss.png").shape[:2] == (400, 650)
+    assert matplotlib.image.imread(tmp_path / "both.png").shape[:2] == (400, 1100)

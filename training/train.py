@@ -202,6 +202,9 @@ def dev_series(evals: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]
     return out
 
 
+LOSS_WINDOW = 10  # logged losses in the loss curve's running mean
+
+
 def plot_curves(history: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -210,15 +213,24 @@ def plot_curves(history: list[dict[str, Any]], path: Path) -> None:
 
     train = [h for h in history if "loss" in h]
     evals = [h for h in history if "dev_bleu" in h]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    ax1.plot([h["step"] for h in train], [h["loss"] for h in train], lw=1)
+    # A run that skipped dev evaluation (a large --eval-every, as the fine-tuning stages use) gets the loss panel
+    # alone: an empty "Dev BLEU" axis reads as a broken plot.
+    fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(11 if evals else 6.5, 4), squeeze=False)
+    ax1 = axes[0][0]
+    steps, losses = [h["step"] for h in train], [h["loss"] for h in train]
+    ax1.plot(steps, losses, lw=1, alpha=0.35 if len(losses) > LOSS_WINDOW else 1.0, label="logged")
+    if len(losses) > LOSS_WINDOW:  # each logged loss is one small batch's: the running mean shows the trend
+        mean = [sum(losses[i + 1 - LOSS_WINDOW:i + 1]) / LOSS_WINDOW for i in range(LOSS_WINDOW - 1, len(losses))]
+        ax1.plot(steps[LOSS_WINDOW - 1:], mean, lw=2, label=f"mean of the last {LOSS_WINDOW}")
+        ax1.legend(fontsize="small")
     ax1.set(xlabel="step", ylabel="training loss (label-smoothed)", title="Loss")
     ax1.grid(alpha=0.3)
-    for label, pts in dev_series(evals).items():
-        ax2.plot(*zip(*pts), marker="o", label=label)
-    ax2.set(xlabel="step", ylabel="BLEU (greedy)", title="Dev BLEU")
-    ax2.grid(alpha=0.3)
     if evals:
+        ax2 = axes[0][1]
+        for label, pts in dev_series(evals).items():
+            ax2.plot(*zip(*pts), marker="o", label=label)
+        ax2.set(xlabel="step", ylabel="BLEU (greedy)", title="Dev BLEU")
+        ax2.grid(alpha=0.3)
         ax2.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
