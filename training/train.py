@@ -207,6 +207,7 @@ LOSS_WINDOW = 10  # logged losses in the loss curve's running mean
 
 def plot_curves(history: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -218,9 +219,11 @@ def plot_curves(history: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(11 if evals else 6.5, 4), squeeze=False)
     ax1 = axes[0][0]
     steps, losses = [h["step"] for h in train], [h["loss"] for h in train]
-    ax1.plot(steps, losses, lw=1, alpha=0.35 if len(losses) > LOSS_WINDOW else 1.0, label="logged")
-    if len(losses) > LOSS_WINDOW:  # each logged loss is one small batch's: the running mean shows the trend
-        mean = [sum(losses[i + 1 - LOSS_WINDOW:i + 1]) / LOSS_WINDOW for i in range(LOSS_WINDOW - 1, len(losses))]
+    # Each logged loss is the mean of one log interval's few batches, still noisy: a running mean shows the trend.
+    smooth = len(losses) > LOSS_WINDOW
+    ax1.plot(steps, losses, lw=1, alpha=0.35 if smooth else 1.0, label="logged")
+    if smooth:
+        mean = np.convolve(losses, np.full(LOSS_WINDOW, 1 / LOSS_WINDOW), mode="valid")
         ax1.plot(steps[LOSS_WINDOW - 1:], mean, lw=2, label=f"mean of the last {LOSS_WINDOW}")
         ax1.legend(fontsize="small")
     ax1.set(xlabel="step", ylabel="training loss (label-smoothed)", title="Loss")

@@ -173,7 +173,7 @@ def by_target(texts: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
     return [(parse_direction(direction)[1], sources) for direction, sources in texts.items()]
 
 
-def decode_texts(runtime, tokenizer, work: Sequence[tuple[str, Sequence[str]]], batch: int) -> int:
+def decode_texts(runtime, tokenizer, work: Sequence[tuple[str, list[str]]], batch: int) -> int:
     """Translate each (target language, sources) of ``work`` in batches of ``batch``, greedy;
     returns how many sentences came back."""
     from export.verify import translate_onnx
@@ -181,7 +181,7 @@ def decode_texts(runtime, tokenizer, work: Sequence[tuple[str, Sequence[str]]], 
     n = 0
     for target, sources in work:
         for i in range(0, len(sources), batch):
-            n += len(translate_onnx(runtime, tokenizer, list(sources[i:i + batch]), target, batch_size=batch))
+            n += len(translate_onnx(runtime, tokenizer, sources[i:i + batch], target, batch_size=batch))
     return n
 
 
