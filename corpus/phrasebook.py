@@ -37,12 +37,16 @@ SOURCES = (SOURCE, NAMES_SOURCE)
 # Given names swapped into the entries that hold one: the ones the Bible translates (Paul ->
 # Paulus, Pierre, Pablo; John -> Johannes, Jean, Juan) and everyday ones of the four languages,
 # by grammatical gender, as "Dear Anna," is "Liebe Anna," / "Chère Anna," / "Querida Anna,":
-# a name only takes the place of one of its own gender.
+# a name only takes the place of one of its own gender. The rarer ones (Aldric, Elowen, Kwame, ...)
+# occur nowhere in the Debian corpus: a name the model has never seen is still copied, where the
+# game dialogue had taught it to write a unit's name instead ("Mebrin, please" -> "Please, scout").
 MALE_NAMES = ("Paul", "John", "Mark", "Matthew", "Thomas", "James", "Simon", "Andrew", "Philip", "David", "Daniel",
               "Michael", "Stephen", "Luke", "Joseph", "Samuel", "Benjamin", "Jacob", "Ben", "Oliver", "Marco",
-              "Carlos", "Jonas", "Sam", "Martin", "Hans", "Pierre", "Ahmed")
+              "Carlos", "Jonas", "Sam", "Martin", "Hans", "Pierre", "Ahmed", "Aldric", "Corwin", "Evander", "Idris",
+              "Kenji", "Luca", "Omar", "Leif", "Theo", "Kwame")
 FEMALE_NAMES = ("Mary", "Martha", "Sarah", "Elizabeth", "Ruth", "Emma", "Julia", "Laura", "Lisa", "Sophie", "Lena",
-                "Nina", "Mia", "Lucía", "Chloé")
+                "Nina", "Mia", "Lucía", "Chloé", "Tamsin", "Elowen", "Rowena", "Brenna", "Aisha", "Ingrid", "Fatima",
+                "Olga", "Greta", "Freya")
 NAMES = (*MALE_NAMES, *FEMALE_NAMES)
 # None of the yardstick's names (Anna, Peter, Tom) is swapped in: a swap must not write one of
 # its texts. Entries that hold them are swapped out.
