@@ -37,9 +37,9 @@ SOURCES = (SOURCE, NAMES_SOURCE)
 # Given names swapped into the entries that hold one: the ones the Bible translates (Paul ->
 # Paulus, Pierre, Pablo; John -> Johannes, Jean, Juan) and everyday ones of the four languages,
 # by grammatical gender, as "Dear Anna," is "Liebe Anna," / "Chère Anna," / "Querida Anna,":
-# a name only takes the place of one of its own gender. The rarer ones (Aldric, Elowen, Kwame, ...)
-# occur nowhere in the Debian corpus: a name the model has never seen is still copied, where the
-# game dialogue had taught it to write a unit's name instead ("Mebrin, please" -> "Please, scout").
+# a name only takes the place of one of its own gender. The last ten of each list but Kwame (three
+# times) occur nowhere in the Debian corpus: a name the model has never seen is still copied, where
+# the game dialogue had taught it to write a unit's name instead ("Mebrin, please" -> "Please, scout").
 MALE_NAMES = ("Paul", "John", "Mark", "Matthew", "Thomas", "James", "Simon", "Andrew", "Philip", "David", "Daniel",
               "Michael", "Stephen", "Luke", "Joseph", "Samuel", "Benjamin", "Jacob", "Ben", "Oliver", "Marco",
               "Carlos", "Jonas", "Sam", "Martin", "Hans", "Pierre", "Ahmed", "Aldric", "Corwin", "Evander", "Idris",
