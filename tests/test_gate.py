@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from bench.gate import EVERYDAY_PHRASES, GATE_VERSES, HELP_PARAGRAPHS, gate_sets, main, score, table
+from bench.gate import (
+    EVERYDAY_PHRASES,
+    GATE_VERSES,
+    HELP_PARAGRAPHS,
+    floors,
+    gate_sets,
+    lowest,
+    main,
+    score,
+    table,
+)
 
 
 def test_the_three_sets_cover_the_six_directions_with_fixed_sizes():
@@ -42,3 +52,16 @@ def test_an_unknown_width_is_refused_before_any_work(capsys):
         main(["--int8-graphs", "int8,int4"])
     assert e.value.code == 2
     assert "--int8-graphs int4: choose int8 or int8w8" in capsys.readouterr().err
+
+
+def test_floors_sit_two_points_under_rounded_down_to_a_tenth():
+    # 48.10 - 2 is 46.099999... in floats: the floor must still be 46.1
+    assert floors({"en-de": 27.17, "en-es": 48.10, "de-en": 39.01, "fr-en": 50.0}) == {
+        "en-de": 25.1, "en-es": 46.1, "de-en": 37.0, "fr-en": 48.0}
+
+
+def test_lowest_keeps_the_lower_width_per_set_and_direction():
+    results = {"int8w8": {"john": {"de-en": 39.51, "en-de": 27.17}, "help": {"de-en": 62.09}},
+               "int8": {"john": {"de-en": 39.01, "en-de": 27.58}, "help": {"de-en": 61.29}}}
+    assert lowest(results) == {"john": {"de-en": 39.01, "en-de": 27.17}, "help": {"de-en": 61.29}}
+    assert lowest({"int8": {"john": {"de-en": 39.01}}}) == {"john": {"de-en": 39.01}}
