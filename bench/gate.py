@@ -11,8 +11,9 @@ The gate (tests/test_default_model.py) sends three fixed sets, defined here once
 
 The test's floors (``floors``) sit ``FLOOR_MARGIN`` points under the lower of what the two int8
 widths scored when the model was shipped: 8-bit weights (``int8w8``, what a CPU with VNNI or AMX
-serves) and 7-bit ones (``int8``, any x86 CPU). This prints both and their lower, the numbers the
-test records, so anyone can set the floors again:
+serves) and 7-bit ones (``int8``, any x86 CPU). The card (models/default/README.md) records the
+lower in its "Quality gate" table, and the test reads them there (``shipped_scores``). This
+prints both widths and the lower as that table, so anyone can set the floors again:
 
     python -m bench.gate                                   # both widths this CPU can run
     python -m bench.gate --int8-graphs int8 --json gate.json
@@ -45,6 +46,11 @@ SETS = ("john", "help", "everyday")
 METRIC = {"john": "BLEU", "help": "chrF", "everyday": "chrF"}
 CHUNK = 64  # texts per request: within nmt-serve's default --max-texts
 FLOOR_MARGIN = 2.0  # the test fails this many points under the shipped score
+# The model card's "Quality gate" table holds each set's shipped scores, one row per set: the one
+# record of them, which the test reads its floors from and this prints for the next ship.
+CARD = DEFAULT_MODEL / "README.md"
+CARD_SECTION = "### Quality gate"
+CARD_ROWS = {"john": "Bible BLEU", "help": "help chrF", "everyday": "everyday chrF"}
 
 Sets = dict[str, tuple[list[str], list[str]]]  # direction -> (sources, references)
 
@@ -146,6 +152,35 @@ def lowest(results: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[st
     return by_set
 
 
+def card_table(lowest_scores: dict[str, dict[str, float]]) -> str:
+    """The card's "Quality gate" table for these scores (``lowest``'s), ready to paste."""
+    directions = list(next(iter(lowest_scores.values())))
+    lines = ["| | " + " | ".join(d.replace("-", "->") for d in directions) + " |", "|---|" + "---:|" * len(directions)]
+    for name, label in CARD_ROWS.items():
+        if name in lowest_scores:
+            lines.append(f"| {label} | " + " | ".join(f"{lowest_scores[name][d]:.2f}" for d in directions) + " |")
+    return "\n".join(lines)
+
+
+def shipped_scores(card: Path = CARD) -> dict[str, dict[str, float]]:
+    """Per set and direction, the shipped score the card's "Quality gate" table records (the first
+    table after CARD_SECTION); ValueError, naming the card, when the section or a row is missing."""
+    _, found, rest = card.read_text(encoding="utf-8").partition(CARD_SECTION)
+    rows: list[list[str]] = []
+    for line in rest.splitlines():
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif rows:
+            break  # the end of the first table
+    if not found or len(rows) < 3:
+        raise ValueError(f"{card}: no table under {CARD_SECTION!r}")
+    directions = [cell.replace("->", "-") for cell in rows[0][1:]]
+    by_label = {row[0]: row[1:] for row in rows[2:]}
+    if missing := [label for label in CARD_ROWS.values() if label not in by_label]:
+        raise ValueError(f"{card}: the {CARD_SECTION!r} table has no row {', '.join(missing)}")
+    return {name: dict(zip(directions, map(float, by_label[label]), strict=True)) for name, label in CARD_ROWS.items()}
+
+
 def floors(shipped: dict[str, float]) -> dict[str, float]:
     """The test's floor per direction: FLOOR_MARGIN under the shipped score, rounded down to a tenth
     (the inner round absorbs float noise: 48.10 - 2 is 46.1, not 46.0)."""
@@ -198,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"serving {package} with --int8-graphs {graphs}")
             results[graphs] = serve_and_score(package, graphs, args.threads, sets, log)
     print(table(results))
-    for name, by_dir in lowest(results).items():
-        print(f"{name} shipped (the lower width): {dict(sorted(by_dir.items()))}")
+    print(f"\nthe lower width, as {CARD.relative_to(ROOT)} records it under {CARD_SECTION!r}:\n")
+    print(card_table(lowest(results)))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0

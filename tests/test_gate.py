@@ -5,14 +5,19 @@ from __future__ import annotations
 import pytest
 
 from bench.gate import (
+    CARD_SECTION,
     EVERYDAY_PHRASES,
     GATE_VERSES,
     HELP_PARAGRAPHS,
+    SETS,
+    card_table,
     floors,
     gate_sets,
+    help_set,
     lowest,
     main,
     score,
+    shipped_scores,
     table,
 )
 
@@ -65,3 +70,30 @@ def test_lowest_keeps_the_lower_width_per_set_and_direction():
                "int8": {"john": {"de-en": 39.01, "en-de": 27.58}, "help": {"de-en": 61.29}}}
     assert lowest(results) == {"john": {"de-en": 39.01, "en-de": 27.17}, "help": {"de-en": 61.29}}
     assert lowest({"int8": {"john": {"de-en": 39.01}}}) == {"john": {"de-en": 39.01}}
+
+
+def test_the_card_table_round_trips_through_the_card(tmp_path):
+    scores = {"john": {"en-de": 27.17, "de-en": 39.01}, "help": {"en-de": 64.15, "de-en": 61.29},
+              "everyday": {"en-de": 50.41, "de-en": 50.94}}
+    assert card_table(scores) == ("| | en->de | de->en |\n|---|---:|---:|\n| Bible BLEU | 27.17 | 39.01 |\n"
+                                  "| help chrF | 64.15 | 61.29 |\n| everyday chrF | 50.41 | 50.94 |")
+    card = tmp_path / "README.md"
+    card.write_text(f"# A model\n\n{CARD_SECTION}\n\nThe scores:\n\n{card_table(scores)}\n\n| other | 1 |\n",
+                    encoding="utf-8")
+    assert shipped_scores(card) == scores
+
+
+def test_the_shipped_card_records_every_set_in_every_direction():
+    shipped = shipped_scores()
+    assert sorted(shipped) == sorted(SETS)
+    assert all(sorted(by_dir) == sorted(help_set()) for by_dir in shipped.values())
+
+
+def test_a_card_without_the_table_or_a_row_fails_naming_it(tmp_path):
+    card = tmp_path / "README.md"
+    card.write_text("# A model\n\nNo gate here.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"README.md: no table under '{CARD_SECTION}'"):
+        shipped_scores(card)
+    card.write_text(f"{CARD_SECTION}\n\n| | en->de |\n|---|---:|\n| Bible BLEU | 27.17 |\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="table has no row help chrF, everyday chrF"):
+        shipped_scores(card)
