@@ -152,9 +152,9 @@ def lowest(results: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[st
     return by_set
 
 
-def card_table(lowest_scores: dict[str, dict[str, float]]) -> str:
-    """The card's "Quality gate" table for these scores (``lowest``'s), ready to paste."""
-    directions = list(next(iter(lowest_scores.values())))
+def card_table(lowest_scores: dict[str, dict[str, float]], directions: Sequence[str]) -> str:
+    """The card's "Quality gate" table for these scores (``lowest``'s), its columns in the order of
+    ``directions`` (the model's: en->de, de->en, ...), ready to paste."""
     lines = ["| | " + " | ".join(d.replace("-", "->") for d in directions) + " |", "|---|" + "---:|" * len(directions)]
     for name, label in CARD_ROWS.items():
         if name in lowest_scores:
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             results[graphs] = serve_and_score(package, graphs, args.threads, sets, log)
     print(table(results))
     print(f"\nthe lower width, as {CARD.relative_to(ROOT)} records it under {CARD_SECTION!r}:\n")
-    print(card_table(lowest(results)))
+    print(card_table(lowest(results), list(sets["john"])))  # John's: the model's directions, in its order
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0

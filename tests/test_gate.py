@@ -75,11 +75,12 @@ def test_lowest_keeps_the_lower_width_per_set_and_direction():
 def test_the_card_table_round_trips_through_the_card(tmp_path):
     scores = {"john": {"en-de": 27.17, "de-en": 39.01}, "help": {"en-de": 64.15, "de-en": 61.29},
               "everyday": {"en-de": 50.41, "de-en": 50.94}}
-    assert card_table(scores) == ("| | en->de | de->en |\n|---|---:|---:|\n| Bible BLEU | 27.17 | 39.01 |\n"
-                                  "| help chrF | 64.15 | 61.29 |\n| everyday chrF | 50.41 | 50.94 |")
+    assert card_table(scores, ["en-de", "de-en"]) == (
+        "| | en->de | de->en |\n|---|---:|---:|\n| Bible BLEU | 27.17 | 39.01 |\n"
+        "| help chrF | 64.15 | 61.29 |\n| everyday chrF | 50.41 | 50.94 |")
+    table_text = card_table(scores, ["de-en", "en-de"])  # the card's column order is its own
     card = tmp_path / "README.md"
-    card.write_text(f"# A model\n\n{CARD_SECTION}\n\nThe scores:\n\n{card_table(scores)}\n\n| other | 1 |\n",
-                    encoding="utf-8")
+    card.write_text(f"# A model\n\n{CARD_SECTION}\n\nThe scores:\n\n{table_text}\n\n| other | 1 |\n", encoding="utf-8")
     assert shipped_scores(card) == scores
 
 
